@@ -1,0 +1,345 @@
+"""Carry out a plan's engine builds with TensorRT-LLM 1.2.x.
+
+For each of target and draft: make sure the converted TensorRT-LLM checkpoint is current
+(``trt-spec convert``), then run the plan's ``trtllm-build`` argv into a temporary sibling
+directory, write ``manifest.json`` there and rename it into place. A failed or interrupted
+build never leaves a half engine where a loader would look. A build whose inputs (argv, the
+checkpoint's content, tool versions, GPU compute capability) match the manifest of the engine
+already in place is skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from trt_spec import __version__
+from trt_spec.errors import BuildStepFailed, CheckpointMissing, ToolchainMissing
+from trt_spec.layout import ROLES, logs_dir
+from trt_spec.plan import EnginePlan, Plan
+
+MANIFEST = "manifest.json"
+MANIFEST_SCHEMA = 1
+HOPPER_COMPUTE_CAPABILITY = "9.0"  # h100 and h200
+SUPPORTED_TRTLLM = "1.2."
+_PATH_FLAGS = ("--checkpoint_dir", "--output_dir")  # values that don't change the engine
+_UNKEYED_FLAGS = ("--workers",)  # build parallelism, not engine content
+_HASH_CACHE = ".trt-spec-sha256.json"
+
+Events = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    compute_capability: str  # "9.0"
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What this machine offers for building engines."""
+
+    tensorrt_llm_version: str
+    tensorrt_version: str
+    gpus: tuple[Gpu, ...]
+
+    @property
+    def gpu(self) -> Gpu:
+        return self.gpus[0]
+
+
+@dataclass
+class EngineResult:
+    role: str
+    engine_dir: Path
+    skipped: bool
+    reason: str
+    manifest: dict = field(default_factory=dict)
+
+
+def probe_toolchain() -> Toolchain:
+    """Is TensorRT-LLM 1.2.x with ``trtllm-build`` and a CUDA GPU here?
+
+    Reads package metadata and ``nvidia-smi``; imports nothing heavy.
+
+    Raises:
+        ToolchainMissing: naming what is missing, and that ``--dry-run`` shows the commands.
+    """
+    hint = "engines are built on a GPU machine with TensorRT-LLM 1.2.x (e.g. NVIDIA's Triton TensorRT-LLM container); `trt-spec build --dry-run` shows the commands"
+    try:
+        trtllm_version = metadata.version("tensorrt_llm")
+    except metadata.PackageNotFoundError:
+        raise ToolchainMissing(f"cannot build here: the tensorrt_llm package is not installed; {hint}") from None
+    if not trtllm_version.startswith(SUPPORTED_TRTLLM):
+        raise ToolchainMissing(
+            f"cannot build here: tensorrt_llm {trtllm_version} is installed, but trt-spec builds "
+            f"TensorRT engines with the {SUPPORTED_TRTLLM}x release line (later releases removed that path); {hint}"
+        )
+    tensorrt_version = _first_version("tensorrt", "tensorrt_cu12", "tensorrt_cu13")
+    if tensorrt_version is None:
+        raise ToolchainMissing(f"cannot build here: TensorRT is not installed; {hint}")
+    if shutil.which("trtllm-build") is None:
+        raise ToolchainMissing(f"cannot build here: `trtllm-build` is not on PATH; {hint}")
+    gpus = _query_gpus()
+    if not gpus:
+        raise ToolchainMissing(f"cannot build here: no CUDA GPU found (nvidia-smi lists none); {hint}")
+    return Toolchain(tensorrt_llm_version=trtllm_version, tensorrt_version=tensorrt_version, gpus=gpus)
+
+
+def _first_version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _query_gpus() -> tuple[Gpu, ...]:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,compute_cap,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    gpus = []
+    for line in out.strip().splitlines():
+        name, compute_capability, memory_mib = (part.strip() for part in line.split(","))
+        gpus.append(Gpu(name=name, compute_capability=compute_capability, memory_mib=int(float(memory_mib))))
+    return tuple(gpus)
+
+
+def build_engines(
+    plan: Plan,
+    toolchain: Toolchain,
+    *,
+    force: bool = False,
+    convert: Callable[..., object] | None = None,
+    on_event: Events = lambda message: None,
+) -> list[EngineResult]:
+    """Build (or keep) both engines of ``plan``; returns one result per engine, target first.
+
+    ``convert(spec, role, force=...)`` brings the role's TensorRT-LLM checkpoint up to date;
+    by default ``trt_spec.checkpoints.convert.convert_checkpoint``.
+
+    Raises:
+        ToolchainMissing: the GPU is not a Hopper (sm_90) GPU as the spec's ``engine.gpu`` says.
+        CheckpointMissing: a checkpoint is missing and no converter is available.
+        BuildStepFailed: ``trtllm-build`` exited non-zero or produced no engine (names the log).
+    """
+    if toolchain.gpu.compute_capability != HOPPER_COMPUTE_CAPABILITY:
+        raise ToolchainMissing(
+            f"this machine's GPU is {toolchain.gpu.name} (compute capability {toolchain.gpu.compute_capability}); "
+            f"engine.gpu {plan.spec.engine.gpu} needs sm_90 engines: build on an H100 or H200"
+        )
+    convert = convert or _default_converter()
+    results = []
+    for role in ROLES:
+        engine = plan.engine(role)
+        on_event(f"{role}: checking the TensorRT-LLM checkpoint {engine.convert.output_dir}")
+        convert_s = _ensure_checkpoint(plan, role, convert, force=force)
+        results.append(_build_one(plan, engine, toolchain, force=force, convert_s=convert_s, on_event=on_event))
+    return results
+
+
+def _default_converter() -> Callable[..., object] | None:
+    try:
+        from trt_spec.checkpoints.convert import convert_checkpoint
+    except ImportError:
+        return None
+    return convert_checkpoint
+
+
+def _ensure_checkpoint(plan: Plan, role: str, convert: Callable[..., object] | None, *, force: bool) -> float | None:
+    """Returns the conversion's duration in seconds, or None when nothing was converted."""
+    checkpoint_dir = plan.engine(role).convert.output_dir
+    convert_s = None
+    if convert is not None:
+        result = convert(plan.spec, role, force=force)
+        if not getattr(result, "skipped", True):
+            convert_s = getattr(result, "duration_s", None)
+    elif not (checkpoint_dir / "config.json").is_file():
+        raise CheckpointMissing(
+            f"{role}: no TensorRT-LLM checkpoint at {checkpoint_dir} and this version of trt-spec "
+            "cannot convert one yet; convert it with TensorRT-LLM's convert_checkpoint.py into that directory"
+        )
+    if not (checkpoint_dir / "config.json").is_file():
+        raise CheckpointMissing(f"{role}: conversion left no config.json in {checkpoint_dir}")
+    return convert_s
+
+
+def _build_one(
+    plan: Plan, engine: EnginePlan, toolchain: Toolchain, *, force: bool, convert_s: float | None, on_event: Events
+) -> EngineResult:
+    final_dir = engine.engine_dir
+    checkpoint_hash = hash_directory(engine.convert.output_dir)
+    key = build_key(engine.build_argv, checkpoint_hash, toolchain)
+    existing = read_manifest(final_dir)
+    reason = _rebuild_reason(existing, key, toolchain, final_dir)
+    if reason is None and not force:
+        on_event(f"{engine.role}: engine is up to date, skipped ({final_dir})")
+        return EngineResult(engine.role, final_dir, skipped=True, reason="up to date", manifest=existing)
+    reason = "--force" if reason is None else reason
+
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_partials(final_dir)
+    partial_dir = final_dir.with_name(f".{final_dir.name}.partial-{os.getpid()}")
+    argv = _with_output_dir(engine.build_argv, partial_dir)
+    log_path = logs_dir(plan.spec) / f"build-{engine.role}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    on_event(f"{engine.role}: building ({reason}); log: {log_path}")
+    started = time.time()
+    try:
+        with open(log_path, "w") as log:
+            log.write("$ " + " ".join(argv) + "\n")
+            log.flush()
+            returncode = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        if returncode != 0:
+            raise BuildStepFailed(f"trtllm-build ({engine.role})", returncode, log_path)
+        engine_files = sorted(p.name for p in partial_dir.glob("rank*.engine"))
+        if not engine_files or not (partial_dir / "config.json").is_file():
+            raise BuildStepFailed(
+                f"trtllm-build ({engine.role})", 0, log_path, detail="exited 0 but wrote no rank*.engine and config.json"
+            )
+        manifest = {
+            "schema": MANIFEST_SCHEMA,
+            "name": plan.spec.name,
+            "role": engine.role,
+            "build_key": key,
+            "spec_hash": plan.spec.content_hash(),
+            "checkpoint_dir": str(engine.convert.output_dir),
+            "checkpoint_hash": checkpoint_hash,
+            "tensorrt_llm_version": toolchain.tensorrt_llm_version,
+            "tensorrt_version": toolchain.tensorrt_version,
+            "gpu": asdict(toolchain.gpu),
+            "argv": list(engine.build_argv),
+            "num_draft_tokens": plan.spec.num_draft_tokens if engine.role == "target" else 0,
+            "engine_files": {name: (partial_dir / name).stat().st_size for name in engine_files},
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "durations_s": {"convert": convert_s, "build": round(time.time() - started, 3)},
+            "trt_spec_version": __version__,
+        }
+        _write_json(partial_dir / MANIFEST, manifest)
+        _publish(partial_dir, final_dir)
+    finally:
+        shutil.rmtree(partial_dir, ignore_errors=True)
+    on_event(f"{engine.role}: built in {manifest['durations_s']['build']:.1f} s -> {final_dir}")
+    return EngineResult(engine.role, final_dir, skipped=False, reason=reason, manifest=manifest)
+
+
+def build_key(argv: tuple[str, ...], checkpoint_hash: str, toolchain: Toolchain) -> str:
+    """sha256 of everything that determines the engine's content."""
+    keyed, skip_next = [], False
+    for arg in argv:
+        if skip_next:
+            skip_next = False
+            continue
+        if arg in _PATH_FLAGS or arg in _UNKEYED_FLAGS:
+            skip_next = True
+            continue
+        keyed.append(arg)
+    inputs = {
+        "argv": keyed,
+        "checkpoint_hash": checkpoint_hash,
+        "tensorrt_llm_version": toolchain.tensorrt_llm_version,
+        "tensorrt_version": toolchain.tensorrt_version,
+        "compute_capability": toolchain.gpu.compute_capability,
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def read_manifest(engine_dir: Path) -> dict:
+    try:
+        return json.loads((engine_dir / MANIFEST).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _rebuild_reason(manifest: dict, key: str, toolchain: Toolchain, engine_dir: Path) -> str | None:
+    if not manifest:
+        return "no engine yet"
+    built_for = manifest.get("gpu", {}).get("compute_capability")
+    if built_for != toolchain.gpu.compute_capability:
+        return f"the engine in place was built for compute capability {built_for}, this GPU is {toolchain.gpu.compute_capability}"
+    if any(not (engine_dir / name).is_file() for name in manifest.get("engine_files", {})):
+        return "engine files are missing"
+    if manifest.get("build_key") != key:
+        return "inputs changed"
+    return None
+
+
+def _with_output_dir(argv: tuple[str, ...], output_dir: Path) -> list[str]:
+    out = list(argv)
+    out[out.index("--output_dir") + 1] = str(output_dir)
+    return out
+
+
+def _publish(partial_dir: Path, final_dir: Path) -> None:
+    """Swap the finished build into place; the old engine is removed only afterwards."""
+    retired = final_dir.with_name(f".{final_dir.name}.retired-{os.getpid()}")
+    if final_dir.exists():
+        final_dir.rename(retired)
+    partial_dir.rename(final_dir)
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+def _remove_stale_partials(final_dir: Path) -> None:
+    """Leftovers of builds that were killed before they could clean up."""
+    for pattern in (f".{final_dir.name}.partial-*", f".{final_dir.name}.retired-*"):
+        for stale in final_dir.parent.glob(pattern):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def hash_directory(directory: Path) -> str:
+    """sha256 over every file's relative path and content.
+
+    Per-file digests are cached in the directory, keyed by size and mtime, so an unchanged
+    multi-GB checkpoint is not re-read on every build.
+    """
+    cache_path = directory / _HASH_CACHE
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        cache = {}
+    fresh, total = {}, hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != _HASH_CACHE):
+        relative = path.relative_to(directory).as_posix()
+        stat = path.stat()
+        stamp = f"{stat.st_size}:{stat.st_mtime_ns}"
+        entry = cache.get(relative)
+        digest = entry["sha256"] if entry and entry.get("stamp") == stamp else _sha256_file(path)
+        fresh[relative] = {"stamp": stamp, "sha256": digest}
+        total.update(f"{relative}\0{digest}\n".encode())
+    if fresh != cache:
+        try:
+            _write_json(cache_path, fresh)
+        except OSError:
+            pass  # a read-only checkpoint is hashed again next time; nothing else is lost
+    return total.hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_json(path: Path, data: dict) -> None:
+    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    temp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    temp.replace(path)

@@ -1,0 +1,1 @@
+"""Hugging Face checkpoints: their configs, download, pair checks and conversion."""

@@ -1,0 +1,44 @@
+"""``build``: compile both engines (GPU machine), or show exactly what would run."""
+
+from __future__ import annotations
+
+import click
+
+from trt_spec import build as build_lib
+from trt_spec.cli.common import read_spec, spec_option
+from trt_spec.cli.spec_cmds import render_steps
+from trt_spec.plan import make_plan
+
+
+@click.command()
+@spec_option
+@click.option("--dry-run", is_flag=True, help="Print the steps that would run; needs no GPU.")
+@click.option("--force", is_flag=True, help="Rebuild even when the engines in place are up to date.")
+def build(spec_path: str, dry_run: bool, force: bool) -> None:
+    """Convert both checkpoints and compile the target and draft engines.
+
+    Engines land in <engines>/<name>/<target|draft>/ with a manifest.json; a second run with
+    the same inputs keeps them. Needs TensorRT-LLM 1.2.x and a Hopper GPU.
+
+    \b
+    Example:
+      trt-spec build --spec examples/llama8b-1b-h200.yaml --dry-run
+      trt-spec build --spec examples/llama8b-1b-h200.yaml
+    """
+    the_plan = make_plan(read_spec(spec_path))
+    if dry_run:
+        for line in render_steps(the_plan, spec_path):
+            click.echo(line)
+        click.echo("# each trtllm-build writes into a temporary sibling of its --output_dir, renamed into place on "
+                   "success; an engine whose manifest.json matches these inputs is kept")
+        return
+    toolchain = build_lib.probe_toolchain()
+    results = build_lib.build_engines(
+        the_plan, toolchain, force=force, on_event=lambda message: click.echo(message, err=True)
+    )
+    for result in results:
+        state = "kept" if result.skipped else "built"
+        click.echo(f"{result.role}: {state} {result.engine_dir} ({result.reason})")
+
+
+commands = [build]

@@ -1,0 +1,103 @@
+"""``init`` and ``plan``: writing a spec and showing what it will do."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from trt_spec.cli.common import read_spec, spec_option
+from trt_spec.memory import format_bytes
+from trt_spec.plan import Plan, make_plan
+
+
+@click.command()
+@click.option("-o", "--output", default="spec.yaml", show_default=True, type=click.Path(dir_okay=False),
+              help="Where to write the spec.")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def init(output: str, force: bool) -> None:
+    """Write an annotated spec to edit.
+
+    \b
+    Example:
+      trt-spec init -o llama.yaml
+    """
+    path = Path(output)
+    if path.exists() and not force:
+        raise click.ClickException(f"{path} exists; pass --force to overwrite it")
+    template = (resources.files("trt_spec") / "data" / "spec_template.yaml").read_text()
+    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    temp.write_text(template)
+    temp.replace(path)
+    click.echo(f"wrote {path}; next: edit it, then `trt-spec plan --spec {path}`")
+
+
+@click.command()
+@spec_option
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def plan(spec_path: str, as_json: bool) -> None:
+    """Show the conversion and trtllm-build steps and the GPU memory plan. Needs no GPU.
+
+    \b
+    Example:
+      trt-spec plan --spec examples/llama70b-1b-4xh100.yaml
+      trt-spec plan --spec examples/llama70b-1b-4xh100.yaml --json | jq .target.build_argv
+    """
+    the_plan = make_plan(read_spec(spec_path))
+    if as_json:
+        click.echo(json.dumps(the_plan.to_json(), indent=2))
+    else:
+        click.echo(render_plan(the_plan, spec_path))
+
+
+def render_plan(the_plan: Plan, spec_path: str) -> str:
+    spec, memory = the_plan.spec, the_plan.memory
+    lines = [
+        f"deployment {spec.name}: {spec.target.model} (tp {spec.target.tp_size}) drafted by "
+        f"{spec.draft.model} (tp {spec.draft.tp_size}), K = {spec.num_draft_tokens}, "
+        f"{spec.speculative.acceptance} acceptance, {spec.engine.dtype} on {spec.engine.gpu.upper()}",
+        "",
+        f"{'engine':<8} {'params':>10} {'weights/GPU':>12} {'KV/token':>10} {'activations':>12} {'KV tokens':>10}  config from",
+    ]
+    for role in ("target", "draft"):
+        engine, mem = the_plan.engine(role), getattr(memory, role)
+        lines.append(
+            f"{role:<8} {engine.model.num_params / 1e9:>9.3f}B {format_bytes(mem.weights_bytes):>12} "
+            f"{mem.kv_bytes_per_token / 1024:>8.1f} KiB {format_bytes(mem.activation_bytes):>12} "
+            f"{memory.kv_tokens:>10,}  {engine.model.source}"
+        )
+    lines += ["", f"{'GPU':<4} {'capacity':>12} {'target':>12} {'draft':>12} {'KV cache':>12} {'headroom':>10} {'unused':>12}"]
+    for gpu in memory.gpus:
+        lines.append(
+            f"{gpu.index:<4} {format_bytes(gpu.capacity):>12} {format_bytes(gpu.target_fixed):>12} "
+            f"{format_bytes(gpu.draft_fixed):>12} {format_bytes(gpu.kv_cache):>12} {format_bytes(gpu.headroom):>10} "
+            f"{format_bytes(gpu.unused):>12}"
+        )
+    lines.append(
+        f"KV cache: {memory.kv_tokens:,} tokens per engine (max_tokens_in_paged_kv_cache), "
+        f"{memory.full_sequences:,} sequences of max_seq_len + K = {memory.tokens_per_sequence:,} tokens"
+    )
+    lines += [f"warning: {warning}" for warning in the_plan.warnings]
+    lines += ["", *render_steps(the_plan, spec_path)]
+    return "\n".join(lines)
+
+
+
+
+def render_steps(the_plan: Plan, spec_path: str) -> list[str]:
+    """The copy-pasteable commands of a plan: one conversion, then one trtllm-build per engine."""
+    lines = ["# 1. convert both HF checkpoints to TensorRT-LLM checkpoints (CPU; skipped when up to date)",
+             f"trt-spec convert --spec {shlex.quote(spec_path)}"]
+    for role in ("target", "draft"):
+        convert = the_plan.engine(role).convert
+        lines.append(f"#    {role}: {convert.source} -> {convert.output_dir} (tp {convert.tp_size}, {convert.dtype})")
+    lines.append("# 2. compile the engines (GPU)")
+    lines += [shlex.join(the_plan.engine(role).build_argv) for role in ("target", "draft")]
+    return lines
+
+
+commands = [init, plan]

@@ -1,0 +1,59 @@
+"""Every error trt-spec raises on purpose.
+
+Each one carries a complete, one-line message: what is wrong (naming the offending value) and
+the next step. The CLI maps them once (``trt_spec.cli``); library code never prints.
+Where a builtin fits, the error subclasses it too, so callers can catch either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TrtSpecError(Exception):
+    """Base class: a known failure with a message fit for a user."""
+
+
+class SpecError(TrtSpecError, ValueError):
+    """The spec file is missing, unparsable, or has a bad value.
+
+    ``key_path`` is the dotted path of the offending key (``speculative.num_draft_tokens``),
+    or ``None`` when the problem is the file itself.
+    """
+
+    def __init__(self, message: str, *, key_path: str | None = None, path: Path | None = None):
+        where = f"{path}: " if path else ""
+        super().__init__(f"{where}{message}")
+        self.key_path = key_path
+        self.path = path
+
+
+class ModelConfigError(TrtSpecError, FileNotFoundError):
+    """A model's ``config.json`` cannot be found or read."""
+
+    def __init__(self, message: str, *, model: str):
+        super().__init__(message)
+        self.model = model
+
+
+class PlanError(TrtSpecError, ValueError):
+    """The spec is valid but cannot be deployed as asked (e.g. it does not fit in GPU memory)."""
+
+
+class ToolchainMissing(TrtSpecError, RuntimeError):
+    """TensorRT-LLM, ``trtllm-build`` or a CUDA GPU is not available here."""
+
+
+class BuildStepFailed(TrtSpecError, RuntimeError):
+    """One step of an engine build (conversion or ``trtllm-build``) exited non-zero."""
+
+    def __init__(self, step: str, returncode: int, log_path: Path, *, detail: str | None = None):
+        what = detail or f"failed with exit code {returncode}"
+        super().__init__(f"{step} {what}; see the log: {log_path}")
+        self.step = step
+        self.returncode = returncode
+        self.log_path = log_path
+
+
+class CheckpointMissing(TrtSpecError, FileNotFoundError):
+    """A converted TensorRT-LLM checkpoint that a build needs is not there."""

@@ -1,0 +1,230 @@
+"""plan(spec, model configs) -> Plan: every derived value of a deployment, computed once.
+
+Pure: no I/O beyond reading the two ``config.json`` files (and only when they are not passed
+in), no GPU, no ``tensorrt_llm`` import. Executors (convert, build, repo) carry a plan out.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from trt_spec.checkpoints.config import ModelInfo, load_model_info
+from trt_spec.errors import PlanError
+from trt_spec.layout import ROLES, engine_dir, trtllm_checkpoint_dir
+from trt_spec.memory import MemoryPlan, engine_memory, format_bytes, place
+from trt_spec.spec import TP_SIZES, Spec
+
+TRTLLM_VERSION_LINE = "1.2"  # the release line whose trtllm-build flags we emit
+# trtllm-build's own default; longer prompts are processed in chunks (paged context FMHA).
+DEFAULT_MAX_NUM_TOKENS = 8192
+
+
+@dataclass(frozen=True)
+class ConvertStep:
+    """HF checkpoint -> TensorRT-LLM checkpoint (``trt-spec convert``)."""
+
+    source: str  # the spec's model: repo id or local directory
+    revision: str | None
+    output_dir: Path
+    tp_size: int
+    dtype: str
+
+    def to_json(self) -> dict:
+        return {
+            "source": self.source,
+            "revision": self.revision,
+            "output_dir": str(self.output_dir),
+            "tp_size": self.tp_size,
+            "dtype": self.dtype,
+        }
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    role: str  # "target" | "draft"
+    model: ModelInfo
+    convert: ConvertStep
+    engine_dir: Path
+    max_num_tokens: int
+    build_argv: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {
+            "role": self.role,
+            "architecture": self.model.architecture,
+            "num_params": self.model.num_params,
+            "config_source": self.model.source,
+            "convert": self.convert.to_json(),
+            "engine_dir": str(self.engine_dir),
+            "build_argv": list(self.build_argv),
+            "build_command": shlex.join(self.build_argv),
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: Spec
+    target: EnginePlan
+    draft: EnginePlan
+    memory: MemoryPlan
+    warnings: tuple[str, ...]
+
+    def engine(self, role: str) -> EnginePlan:
+        return {"target": self.target, "draft": self.draft}[role]
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.spec.name,
+            "spec_hash": self.spec.content_hash(),
+            "tensorrt_llm": TRTLLM_VERSION_LINE,
+            "num_draft_tokens": self.spec.num_draft_tokens,
+            "target": self.target.to_json(),
+            "draft": self.draft.to_json(),
+            "memory": self.memory.to_json(),
+            "warnings": list(self.warnings),
+        }
+
+
+def make_plan(spec: Spec, target: ModelInfo | None = None, draft: ModelInfo | None = None) -> Plan:
+    """The full plan for ``spec``. Model infos are read from their ``config.json`` when not given.
+
+    Raises:
+        ModelConfigError: a ``config.json`` cannot be found.
+        PlanError: the two engines do not fit on the spec's GPUs; the message has the numbers
+            and the smallest target ``tp_size`` that would fit.
+    """
+    models = {
+        "target": target or load_model_info(spec, "target"),
+        "draft": draft or load_model_info(spec, "draft"),
+    }
+    engines = {role: _engine_plan(spec, role, models[role]) for role in ROLES}
+    memory = _memory_plan(spec, models, target_tp=spec.target.tp_size)
+    _check_fits(spec, models, memory)
+    return Plan(
+        spec=spec,
+        target=engines["target"],
+        draft=engines["draft"],
+        memory=memory,
+        warnings=tuple(_warnings(spec, memory)),
+    )
+
+
+def max_num_tokens(spec: Spec) -> int:
+    """Tokens one engine step may process: a whole (chunk of a) prompt, or every sequence of the
+    batch verifying K drafts plus one (the target's generation step is K + 1 tokens wide)."""
+    engine = spec.engine
+    return max(min(engine.max_input_len, DEFAULT_MAX_NUM_TOKENS), engine.max_batch_size * (spec.num_draft_tokens + 1))
+
+
+def _engine_plan(spec: Spec, role: str, model: ModelInfo) -> EnginePlan:
+    ref = spec.role(role)
+    engine = spec.engine
+    checkpoint_dir = trtllm_checkpoint_dir(spec, role)
+    output_dir = engine_dir(spec, role)
+    num_tokens = max_num_tokens(spec)
+    argv = [
+        "trtllm-build",
+        "--checkpoint_dir", str(checkpoint_dir),
+        "--output_dir", str(output_dir),
+        "--gemm_plugin", engine.dtype,
+        "--kv_cache_type", "paged",
+        # The loop resends the prefix every iteration; paged context FMHA makes KV-cache reuse
+        # (and chunked context) possible.
+        "--use_paged_context_fmha", "enable",
+        "--max_batch_size", str(engine.max_batch_size),
+        "--max_input_len", str(engine.max_input_len),
+        # The builder adds max_draft_len to the target's max_seq_len itself.
+        "--max_seq_len", str(engine.max_seq_len),
+        "--max_num_tokens", str(num_tokens),
+        "--workers", str(ref.tp_size),
+    ]
+    if role == "target":
+        argv += [
+            "--speculative_decoding_mode", "draft_tokens_external",
+            "--max_draft_len", str(spec.num_draft_tokens),
+        ]
+    if spec.speculative.acceptance == "probabilistic":
+        # Rejection sampling compares the draft's and the target's distributions at each
+        # drafted position. (Never --gather_context_logits on the target: it is incompatible
+        # with max_draft_len > 0.)
+        argv.append("--gather_generation_logits")
+    return EnginePlan(
+        role=role,
+        model=model,
+        convert=ConvertStep(
+            source=ref.model,
+            revision=ref.revision,
+            output_dir=checkpoint_dir,
+            tp_size=ref.tp_size,
+            dtype=engine.dtype,
+        ),
+        engine_dir=output_dir,
+        max_num_tokens=num_tokens,
+        build_argv=tuple(argv),
+    )
+
+
+def _memory_plan(spec: Spec, models: dict[str, ModelInfo], *, target_tp: int) -> MemoryPlan:
+    engine = spec.engine
+    num_tokens = max_num_tokens(spec)
+    k = spec.num_draft_tokens
+    target = engine_memory(
+        models["target"],
+        tp_size=target_tp,
+        dtype=engine.dtype,
+        max_num_tokens=num_tokens,
+        max_batch_size=engine.max_batch_size,
+        logits_positions=k + 1,
+    )
+    draft = engine_memory(
+        models["draft"],
+        tp_size=min(spec.draft.tp_size, target_tp),
+        dtype=engine.dtype,
+        max_num_tokens=num_tokens,
+        max_batch_size=engine.max_batch_size,
+        logits_positions=1,
+    )
+    return place(engine.gpu, target, draft, tokens_per_sequence=engine.max_seq_len + k)
+
+
+def _check_fits(spec: Spec, models: dict[str, ModelInfo], memory: MemoryPlan) -> None:
+    if memory.kv_tokens >= memory.tokens_per_sequence:
+        return
+    gpu0 = memory.gpus[0]
+    fixed = gpu0.target_fixed + gpu0.draft_fixed
+    usable = gpu0.capacity - gpu0.headroom
+    suggestion = _smallest_fitting_tp(spec, models)
+    hint = (
+        f"use target.tp_size: {suggestion}"
+        if suggestion
+        else "no tp_size up to 8 fits; use a smaller model, a shorter max_seq_len or a larger GPU"
+    )
+    raise PlanError(
+        f"{spec.target.model} + {spec.draft.model} ({spec.engine.dtype}) do not fit on "
+        f"{spec.target.tp_size} x {spec.engine.gpu.upper()} ({format_bytes(gpu0.capacity)} each): GPU 0 needs "
+        f"{format_bytes(fixed)} for weights, activations and runtime of {format_bytes(usable)} usable, leaving KV cache "
+        f"for {memory.kv_tokens} tokens where one sequence of max_seq_len + K needs {memory.tokens_per_sequence}; {hint}"
+    )
+
+
+def _smallest_fitting_tp(spec: Spec, models: dict[str, ModelInfo]) -> int | None:
+    for tp in TP_SIZES:
+        if tp <= spec.target.tp_size:
+            continue
+        memory = _memory_plan(spec, models, target_tp=tp)
+        if memory.kv_tokens >= memory.tokens_per_sequence:
+            return tp
+    return None
+
+
+def _warnings(spec: Spec, memory: MemoryPlan) -> list[str]:
+    warnings = []
+    if memory.full_sequences < spec.engine.max_batch_size:
+        warnings.append(
+            f"the KV cache holds {memory.full_sequences} sequences of max_seq_len + K "
+            f"({memory.tokens_per_sequence} tokens), fewer than max_batch_size {spec.engine.max_batch_size}; "
+            "long requests will queue"
+        )
+    return warnings
