@@ -1,0 +1,47 @@
+# trt-spec: every target creates (once) and uses the virtual environment $(VENV).
+#
+#   make demo                          the embedded demo pair end to end on CPU
+#   make test                          the test suite (CPU; GPU tests skip)
+#   make plan SPEC=examples/x.yaml     conversion + trtllm-build steps and the memory plan
+#   make build-engines SPEC=...        download -> check -> build (GPU machine)
+#
+# In NVIDIA's TensorRT-LLM container, reuse its torch and tensorrt_llm:
+#   make build-engines SPEC=... VENV_FLAGS=--system-site-packages TORCH=
+
+SPEC ?= examples/pystdlib-demo.yaml
+VENV ?= .venv
+VENV_FLAGS ?=
+# A CPU build of torch; empty to keep the torch already installed (e.g. in a GPU container).
+TORCH ?= torch==2.13.0
+EXTRAS ?= triton,bench,test
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+TRT_SPEC := $(VENV)/bin/trt-spec
+STAMP := $(VENV)/.installed-$(EXTRAS)
+
+.PHONY: setup test demo plan build-engines clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(if $(TORCH),$(PY) -m pip install --quiet '$(TORCH)')
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	touch $@
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(TRT_SPEC) plan --spec examples/pystdlib-demo.yaml
+	$(TRT_SPEC) build --spec examples/pystdlib-demo.yaml --dry-run
+
+plan: $(STAMP)
+	$(TRT_SPEC) plan --spec $(SPEC)
+
+build-engines: $(STAMP)
+	$(TRT_SPEC) build --spec $(SPEC)
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

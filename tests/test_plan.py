@@ -1,0 +1,163 @@
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from trt_spec.checkpoints.config import load_model_info
+from trt_spec.cli import main
+from trt_spec.errors import ModelConfigError, PlanError
+from trt_spec.memory import GIB, GPU_CAPACITY_BYTES, MIB
+from trt_spec.plan import make_plan
+from trt_spec.spec import load_spec, parse_spec
+
+from conftest import EXAMPLES, ROOT
+
+GOLDEN = ROOT / "tests" / "golden"
+EXAMPLE_SPECS = ["llama70b-1b-4xh100.yaml", "llama8b-1b-h200.yaml", "pystdlib-demo.yaml"]
+
+
+def plan_json(example: str) -> dict:
+    text = json.dumps(make_plan(load_spec(EXAMPLES / example)).to_json(), indent=2, sort_keys=True)
+    return json.loads(text.replace(str(ROOT), "<root>"))
+
+
+@pytest.mark.parametrize("example", EXAMPLE_SPECS)
+def test_plan_matches_golden(example):
+    """The full argv and memory figures of each example are pinned.
+
+    After an intended change: TRT_SPEC_UPDATE_GOLDEN=1 pytest tests/test_plan.py, then review the diff.
+    """
+    golden = GOLDEN / example.replace(".yaml", ".plan.json")
+    actual = plan_json(example)
+    if os.environ.get("TRT_SPEC_UPDATE_GOLDEN") == "1":
+        golden.write_text(json.dumps(actual, indent=2, sort_keys=True) + "\n")
+    assert actual == json.loads(golden.read_text())
+
+
+def test_target_and_draft_argv_70b():
+    plan = make_plan(load_spec(EXAMPLES / "llama70b-1b-4xh100.yaml"))
+    target, draft = plan.target.build_argv, plan.draft.build_argv
+    assert target[0] == "trtllm-build" and draft[0] == "trtllm-build"
+
+    def flag(argv, name):
+        return argv[argv.index(name) + 1]
+
+    assert flag(target, "--speculative_decoding_mode") == "draft_tokens_external"
+    assert flag(target, "--max_draft_len") == "5"
+    assert "--speculative_decoding_mode" not in draft and "--max_draft_len" not in draft
+    for argv, tp in ((target, 4), (draft, 1)):
+        assert flag(argv, "--gemm_plugin") == "float16"
+        assert flag(argv, "--use_paged_context_fmha") == "enable"
+        assert flag(argv, "--max_batch_size") == "8"
+        assert flag(argv, "--max_input_len") == "4096"
+        assert flag(argv, "--max_seq_len") == "8192"
+        assert int(flag(argv, "--max_num_tokens")) >= 8 * (5 + 1)
+        assert int(flag(argv, "--workers")) <= tp
+        assert "--gather_generation_logits" not in argv  # greedy acceptance
+        assert "--gather_context_logits" not in argv
+    assert flag(target, "--output_dir") == "engines/llama70b-1b/target"
+    assert flag(target, "--checkpoint_dir") == "checkpoints/llama70b-1b/target/trtllm"
+    assert plan.target.convert.tp_size == 4 and plan.draft.convert.tp_size == 1
+
+
+def test_probabilistic_gathers_generation_logits_on_both():
+    spec = load_spec(EXAMPLES / "llama8b-1b-h200.yaml")
+    data = spec.model_dump()
+    data["speculative"]["acceptance"] = "probabilistic"
+    plan = make_plan(parse_spec(data))
+    assert "--gather_generation_logits" in plan.target.build_argv
+    assert "--gather_generation_logits" in plan.draft.build_argv
+    assert "--gather_context_logits" not in plan.target.build_argv
+
+
+def test_max_num_tokens_covers_a_full_verify_batch():
+    data = load_spec(EXAMPLES / "llama8b-1b-h200.yaml").model_dump()
+    data["engine"].update(max_batch_size=512, max_input_len=1024, max_seq_len=2048)
+    data["speculative"]["num_draft_tokens"] = 7
+    plan = make_plan(parse_spec(data))
+    argv = plan.target.build_argv
+    assert int(argv[argv.index("--max_num_tokens") + 1]) == 512 * 8
+
+
+def test_memory_figures_by_hand_70b_on_4xh100():
+    spec = load_spec(EXAMPLES / "llama70b-1b-4xh100.yaml")
+    target, draft = load_model_info(spec, "target"), load_model_info(spec, "draft")
+    assert target.num_params == 70_553_706_496  # Llama 3.1 70B
+    assert draft.num_params == 1_235_814_400  # Llama 3.2 1B
+    memory = make_plan(spec).memory
+    # K and V x 80 layers x (8 KV heads / 4 ranks) x 128 head size x 2 bytes
+    assert memory.target.kv_bytes_per_token == 2 * 80 * 2 * 128 * 2 == 80 * 1024
+    # K and V x 16 layers x 8 KV heads x 64 head size x 2 bytes
+    assert memory.draft.kv_bytes_per_token == 2 * 16 * 8 * 64 * 2 == 32 * 1024
+    # weights per rank: replicated embedding + a quarter of the layers + a quarter of lm_head
+    embedding = 128256 * 8192
+    per_layer_split = 8192 * 128 * (2 * 64 + 2 * 8) + 3 * 8192 * 28672
+    expected = embedding + 80 * (per_layer_split // 4 + 3 * 8192) + (128256 // 4) * 8192
+    assert memory.target.weights_bytes == 2 * expected
+    assert abs(memory.target.weights_bytes / GIB - 34.32) < 0.01
+    # The draft shares GPU 0 only; both engines get the same token budget, bound by GPU 0.
+    assert [gpu.draft_fixed > 0 for gpu in memory.gpus] == [True, False, False, False]
+    gpu0 = memory.gpus[0]
+    assert gpu0.capacity == GPU_CAPACITY_BYTES["h100"] == 81_559 * MIB
+    assert gpu0.target_fixed + gpu0.draft_fixed + gpu0.kv_cache + gpu0.headroom + gpu0.unused == gpu0.capacity
+    assert gpu0.unused < gpu0.kv_bytes_per_token * 64  # GPU 0 is full to within one KV block
+    assert memory.kv_tokens % 64 == 0
+    assert memory.full_sequences >= spec.engine.max_batch_size
+
+
+def test_70b_on_one_h100_does_not_fit_and_suggests_tp():
+    data = load_spec(EXAMPLES / "llama70b-1b-4xh100.yaml").model_dump()
+    data["target"]["tp_size"] = 1
+    with pytest.raises(PlanError) as raised:
+        make_plan(parse_spec(data))
+    message = str(raised.value)
+    assert "do not fit on 1 x H100" in message
+    assert "GiB" in message and "use target.tp_size: 2" in message
+
+
+def test_unknown_model_without_cache_names_download():
+    spec = parse_spec({"name": "x", "target": {"model": "acme/unknown-70b"}, "draft": {"model": "acme/unknown-1b"}})
+    with pytest.raises(ModelConfigError, match=r"target.model: no config.json for 'acme/unknown-70b'.*trt-spec download"):
+        make_plan(spec)
+
+
+def test_config_read_from_huggingface_cache(tmp_path, monkeypatch):
+    """A config.json placed in the HF cache layout is found (offline) before any bundled copy."""
+    # huggingface_hub's cache layout: models--<owner>--<name>/{refs/main, snapshots/<commit>/...}
+    cache = tmp_path / "hub"
+    repo = cache / "models--acme--tiny"
+    commit = "a" * 40
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    config = json.loads((EXAMPLES / "pystdlib-pair" / "target" / "config.json").read_text())
+    (snapshot / "config.json").write_text(json.dumps(config))
+    spec = parse_spec({
+        "name": "x",
+        "target": {"model": "acme/tiny"},
+        "draft": {"model": str(EXAMPLES / "pystdlib-pair" / "draft")},
+        "paths": {"hf_cache": str(cache)},
+    })
+    info = load_model_info(spec, "target")
+    assert info.num_params == 6_450_432
+    assert "huggingface_hub cache (acme/tiny@main)" in info.source
+
+
+def test_plan_cli_json_contract():
+    result = CliRunner().invoke(main, ["plan", "--spec", str(EXAMPLES / "llama70b-1b-4xh100.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    for role in ("target", "draft"):
+        assert data[role]["build_argv"][0] == "trtllm-build"
+        assert set(data[role]["convert"]) >= {"source", "output_dir", "tp_size"}
+    assert data["memory"]["per_gpu"][0]["capacity"] == 81_559 * MIB
+
+
+def test_plan_cli_human_output_has_table_and_commands():
+    result = CliRunner().invoke(main, ["plan", "--spec", str(EXAMPLES / "llama8b-1b-h200.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "KV cache:" in result.output and "weights/GPU" in result.output
+    assert "\ntrtllm-build --checkpoint_dir checkpoints/llama8b-1b/target/trtllm" in result.output
+    assert "trt-spec convert --spec" in result.output
