@@ -57,3 +57,40 @@ class BuildStepFailed(TrtSpecError, RuntimeError):
 
 class CheckpointMissing(TrtSpecError, FileNotFoundError):
     """A converted TensorRT-LLM checkpoint that a build needs is not there."""
+
+
+class HubError(TrtSpecError):
+    """Base of the download errors; ``repo_id`` names the Hugging Face repo concerned."""
+
+    def __init__(self, message: str, *, repo_id: str):
+        super().__init__(message)
+        self.repo_id = repo_id
+
+
+class GatedRepoError(HubError, PermissionError):
+    """The repo is gated (or private) and the token in use has no access to it."""
+
+
+class RepoNotFoundError(HubError, FileNotFoundError):
+    """No such repo on the Hub, or no such revision (branch, tag or commit) in it."""
+
+
+class HubUnreachableError(HubError, ConnectionError):
+    """The Hub cannot be reached (no network, or offline mode) and no complete cached copy exists."""
+
+
+class IncompleteSnapshotError(HubError, FileNotFoundError):
+    """A snapshot lacks files a conversion needs (e.g. an interrupted download, or no safetensors)."""
+
+
+class DiskFullError(HubError, OSError):
+    """The disk filled up while downloading."""
+
+
+class ConversionFailed(TrtSpecError, RuntimeError):
+    """HF -> TensorRT-LLM conversion of one model failed; ``log_path`` has the details."""
+
+    def __init__(self, message: str, *, role: str, log_path: Path | None):
+        super().__init__(message)
+        self.role = role
+        self.log_path = log_path
