@@ -3,7 +3,7 @@
 #   make demo                          the embedded demo pair end to end on CPU
 #   make test                          the test suite (CPU; GPU tests skip)
 #   make plan SPEC=examples/x.yaml     conversion + trtllm-build steps and the memory plan
-#   make build-engines SPEC=...        download -> check -> build (GPU machine)
+#   make build-engines SPEC=...        download -> check -> convert + build (GPU machine)
 #
 # In NVIDIA's TensorRT-LLM container, reuse its torch and tensorrt_llm:
 #   make build-engines SPEC=... VENV_FLAGS=--system-site-packages TORCH=
@@ -41,6 +41,8 @@ plan: $(STAMP)
 	$(TRT_SPEC) plan --spec $(SPEC)
 
 build-engines: $(STAMP)
+	$(TRT_SPEC) download --spec $(SPEC)
+	$(TRT_SPEC) check --spec $(SPEC)
 	$(TRT_SPEC) build --spec $(SPEC)
 
 clean:

@@ -58,7 +58,7 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def fake_convert(spec, role, *, force=False):
+def fake_convert(spec, role, *, force=False, progress=None):
     """Stands in for trt-spec convert: writes a small TensorRT-LLM checkpoint."""
     out = Path(spec.paths.checkpoints) / spec.name / role / "trtllm"
     out.mkdir(parents=True, exist_ok=True)
@@ -121,7 +121,7 @@ def test_changed_checkpoint_or_argv_rebuilds(workdir):
     plan = demo_plan()
     build_engines(plan, HOPPER, convert=fake_convert)
 
-    def other_weights(spec, role, *, force=False):
+    def other_weights(spec, role, *, force=False, progress=None):
         fake_convert(spec, role)
         if role == "draft":
             (Path(spec.paths.checkpoints) / spec.name / role / "trtllm" / "rank0.safetensors").write_bytes(b"new")
@@ -231,3 +231,20 @@ def test_cli_build_with_fake_toolchain(workdir, monkeypatch):
     assert "target: built engines/pystdlib/target (no engine yet)" in first.output
     second = CliRunner().invoke(main, args)
     assert "target: kept engines/pystdlib/target (up to date)" in second.output
+
+
+def test_build_converts_missing_checkpoints_with_the_real_converter(workdir):
+    """No checkpoint yet: build runs trt-spec convert (ModelOpt, CPU) before trtllm-build."""
+    plan = demo_plan()
+    events = []
+    results = build_engines(plan, HOPPER, on_event=events.append)
+    assert [r.skipped for r in results] == [False, False]
+    for role in ("target", "draft"):
+        checkpoint = workdir / "checkpoints" / "pystdlib" / role / "trtllm"
+        assert (checkpoint / "config.json").is_file() and (checkpoint / "rank0.safetensors").is_file()
+        assert results[("target", "draft").index(role)].manifest["durations_s"]["convert"] > 0
+    assert any("converting" in event for event in events)
+    # Unchanged inputs: neither conversion nor compilation runs again.
+    again = build_engines(plan, HOPPER, on_event=events.append)
+    assert [r.skipped for r in again] == [True, True]
+    assert len(recorded(workdir)) == 2

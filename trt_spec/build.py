@@ -132,7 +132,7 @@ def build_engines(
 ) -> list[EngineResult]:
     """Build (or keep) both engines of ``plan``; returns one result per engine, target first.
 
-    ``convert(spec, role, force=...)`` brings the role's TensorRT-LLM checkpoint up to date;
+    ``convert(spec, role, force=..., progress=...)`` brings the role's TensorRT-LLM checkpoint up to date;
     by default ``trt_spec.checkpoints.convert.convert_checkpoint``.
 
     Raises:
@@ -150,7 +150,7 @@ def build_engines(
     for role in ROLES:
         engine = plan.engine(role)
         on_event(f"{role}: checking the TensorRT-LLM checkpoint {engine.convert.output_dir}")
-        convert_s = _ensure_checkpoint(plan, role, convert, force=force)
+        convert_s = _ensure_checkpoint(plan, role, convert, force=force, on_event=on_event)
         results.append(_build_one(plan, engine, toolchain, force=force, convert_s=convert_s, on_event=on_event))
     return results
 
@@ -163,12 +163,14 @@ def _default_converter() -> Callable[..., object] | None:
     return convert_checkpoint
 
 
-def _ensure_checkpoint(plan: Plan, role: str, convert: Callable[..., object] | None, *, force: bool) -> float | None:
+def _ensure_checkpoint(
+    plan: Plan, role: str, convert: Callable[..., object] | None, *, force: bool, on_event: Events
+) -> float | None:
     """Returns the conversion's duration in seconds, or None when nothing was converted."""
     checkpoint_dir = plan.engine(role).convert.output_dir
     convert_s = None
     if convert is not None:
-        result = convert(plan.spec, role, force=force)
+        result = convert(plan.spec, role, force=force, progress=on_event)
         if not getattr(result, "skipped", True):
             convert_s = getattr(result, "duration_s", None)
     elif not (checkpoint_dir / "config.json").is_file():

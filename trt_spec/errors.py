@@ -79,6 +79,10 @@ class HubUnreachableError(HubError, ConnectionError):
     """The Hub cannot be reached (no network, or offline mode) and no complete cached copy exists."""
 
 
+class NotDownloadedError(HubError, FileNotFoundError):
+    """A Hub model has not been fetched by ``trt-spec download`` at the spec's revision."""
+
+
 class IncompleteSnapshotError(HubError, FileNotFoundError):
     """A snapshot lacks files a conversion needs (e.g. an interrupted download, or no safetensors)."""
 

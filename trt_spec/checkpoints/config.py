@@ -9,6 +9,7 @@ Nothing here touches the network or a GPU.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -74,14 +75,43 @@ def model_info_from_config(config: dict, source: str) -> ModelInfo:
     )
 
 
-def locked_revision(spec: Spec, role: str) -> str | None:
-    """The commit ``trt-spec download`` resolved for this model, if it has run."""
+def hf_cache_dir(spec: Spec) -> Path:
+    """The huggingface_hub cache: ``paths.hf_cache``, else ``HF_HUB_CACHE``, else ``HF_HOME/hub``.
+
+    Read at call time (huggingface_hub reads its variables once, at import).
+    """
+    if spec.paths.hf_cache:
+        return Path(spec.paths.hf_cache).expanduser().resolve()
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    hf_home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface"
+    return Path(hf_home).expanduser() / "hub"
+
+
+def read_lock(spec: Spec) -> dict:
+    """The download lock file's content; empty when ``trt-spec download`` has not run."""
     try:
         lock = json.loads(lock_path(spec).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return lock if isinstance(lock, dict) else {}
+
+
+def locked_entry(spec: Spec, role: str) -> dict | None:
+    """The lock entry of ``role``, if it is for the spec's current model and revision."""
+    ref = spec.role(role)
+    entry = read_lock(spec).get(role)
+    if not isinstance(entry, dict):
         return None
-    entry = lock.get(role) or {}
-    return entry.get("commit") if entry.get("model") == spec.role(role).model else None
+    if entry.get("model") != ref.model or entry.get("revision") != (ref.revision or "main"):
+        return None
+    return entry
+
+
+def locked_revision(spec: Spec, role: str) -> str | None:
+    """The commit ``trt-spec download`` resolved for this model, if it has run."""
+    entry = locked_entry(spec, role) or {}
+    return entry.get("commit")
 
 
 def find_config_json(spec: Spec, role: str) -> tuple[Path, str]:
@@ -104,7 +134,7 @@ def find_config_json(spec: Spec, role: str) -> tuple[Path, str]:
     from huggingface_hub import try_to_load_from_cache
 
     revision = locked_revision(spec, role) or ref.revision or "main"
-    cached = try_to_load_from_cache(ref.model, "config.json", cache_dir=spec.paths.hf_cache, revision=revision)
+    cached = try_to_load_from_cache(ref.model, "config.json", cache_dir=hf_cache_dir(spec), revision=revision)
     if isinstance(cached, str):
         return Path(cached), f"huggingface_hub cache ({ref.model}@{revision})"
 
