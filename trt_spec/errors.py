@@ -98,3 +98,27 @@ class ConversionFailed(TrtSpecError, RuntimeError):
         super().__init__(message)
         self.role = role
         self.log_path = log_path
+
+
+class ServerError(TrtSpecError, RuntimeError):
+    """The Triton server could not be started, or failed while loading the repository."""
+
+
+class EngineMismatchError(TrtSpecError, ValueError):
+    """A built engine disagrees with the spec a Triton repository is generated from.
+
+    ``role`` is ``target`` or ``draft``; ``key`` the engine ``config.json`` field; ``engine_value``
+    and ``spec_value`` the two values that disagree.
+    """
+
+    def __init__(self, message: str, *, role: str, key: str, engine_value: object, spec_value: object):
+        super().__init__(message)
+        self.role = role
+        self.key = key
+        self.engine_value = engine_value
+        self.spec_value = spec_value
+
+
+class RepositoryError(TrtSpecError, ValueError):
+    """A Triton model repository cannot be generated (e.g. a config does not validate, or the
+    tokenizer files are missing)."""

@@ -1,0 +1,237 @@
+"""Config builders and the repository writer: every config.pbtxt parses back into Triton's own
+ModelConfig; the tensorrtllm configs carry what TensorRT-LLM 1.2.x reads; engines that disagree
+with the spec are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from trt_spec.errors import EngineMismatchError, RepositoryError
+from trt_spec.layout import engine_dir
+from trt_spec.plan import make_plan
+from trt_spec.spec import load_spec, parse_spec
+from trt_spec.triton import configs
+from trt_spec.triton import tensors as T
+from trt_spec.triton.repository import write_repository
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_SPEC = ROOT / "examples" / "pystdlib-demo.yaml"
+
+
+@pytest.fixture
+def demo_spec(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the spec's output paths (engines/, model_repo/) are cwd-relative
+    return load_spec(DEMO_SPEC)
+
+
+def _params(config) -> dict[str, str]:
+    return {key: value.string_value for key, value in config.parameters.items()}
+
+
+@pytest.mark.parametrize("flavor", ["tensorrtllm", "torch"])
+def test_every_written_config_parses_back(demo_spec, tmp_path, flavor):
+    result = write_repository(demo_spec, tmp_path / "repo", flavor)
+    written = sorted(p.parent.name for p in (tmp_path / "repo").glob("*/config.pbtxt"))
+    assert written == sorted(T.MODEL_NAMES)
+    for name in written:
+        config = text_format.Parse((tmp_path / "repo" / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+        assert config.name == name
+        assert config.max_batch_size == demo_spec.engine.max_batch_size
+    assert result.pending  # the loop model's source arrives with part B, and the result says so
+    assert T.LOOP in result.pending and not result.complete
+    assert any("not servable yet" in note for note in result.notes)
+
+
+def test_ensemble_matches_the_design_contract(demo_spec):
+    config = configs.ensemble_config(configs.settings_from_plan(make_plan(demo_spec)))
+    inputs = {i.name: i for i in config.input}
+    assert list(inputs) == ["text_input", "max_tokens", "temperature", "top_k", "top_p", "num_draft_tokens",
+                            "stream", "stop_words", "seed"]
+    assert not inputs["text_input"].optional and not inputs["max_tokens"].optional
+    assert all(inputs[name].optional for name in list(inputs)[2:])
+    assert inputs["seed"].data_type == model_config_pb2.TYPE_UINT64
+    assert inputs["text_input"].data_type == model_config_pb2.TYPE_STRING and list(inputs["text_input"].dims) == [1]
+    assert [o.name for o in config.output] == ["text_output", "total_draft_tokens", "total_accepted_draft_tokens",
+                                               "acceptance_rate", "num_target_calls"]
+    steps = config.ensemble_scheduling.step
+    assert [s.model_name for s in steps] == [T.PREPROCESSING, T.LOOP, T.POSTPROCESSING]
+    # Every tensor a step consumes is an ensemble input or produced by an earlier step.
+    available = set(inputs)
+    for step in steps:
+        assert set(step.input_map.values()) <= available, step.model_name
+        available |= set(step.output_map.values())
+    assert {o.name for o in config.output} <= available
+
+
+def test_step_maps_name_real_tensors_of_each_model(demo_spec):
+    models = configs.all_configs(configs.settings_from_plan(make_plan(demo_spec)))
+    for step in models[T.ENSEMBLE].ensemble_scheduling.step:
+        model = models[step.model_name]
+        assert set(step.input_map) <= {i.name for i in model.input}
+        assert set(step.output_map) <= {o.name for o in model.output}
+        required = {i.name for i in model.input if not i.optional}
+        assert required <= set(step.input_map), step.model_name
+    assert models[T.LOOP].model_transaction_policy.decoupled
+
+
+def test_tensorrtllm_engine_configs_carry_the_backend_parameters(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = load_spec(ROOT / "examples" / "llama70b-1b-4xh100.yaml")
+    plan = make_plan(spec)
+    settings = configs.settings_from_plan(plan, flavor="tensorrtllm", engines_mount="/engines")
+    target = configs.engine_config(settings, "target")
+    draft = configs.engine_config(settings, "draft")
+    for config, role in ((target, "target"), (draft, "draft")):
+        params = _params(config)
+        assert config.backend == "tensorrtllm"
+        assert config.max_batch_size == spec.engine.max_batch_size
+        assert not config.model_transaction_policy.decoupled
+        assert params["gpt_model_path"] == f"/engines/{spec.name}/{role}"
+        assert params["gpt_model_type"] == "inflight_fused_batching"
+        assert params["enable_kv_cache_reuse"] == "true"
+        assert params["exclude_input_in_output"] == "true"
+        assert params["batch_scheduler_policy"] == "guaranteed_no_evict"
+        assert params["max_tokens_in_paged_kv_cache"] == str(plan.memory.kv_tokens)
+        assert 0 < float(params["kv_cache_free_gpu_mem_fraction"]) <= configs.MAX_KV_FRACTION
+        assert params["gpu_device_ids"] == ",".join(str(i) for i in range(spec.role(role).tp_size))
+    assert spec.target.tp_size == 4 and _params(target)["gpu_device_ids"] == "0,1,2,3"
+    target_inputs = {i.name: i for i in target.input}
+    assert {"draft_input_ids", "draft_logits"} <= set(target_inputs)
+    assert "draft_acceptance_threshold" not in target_inputs  # would make acceptance inexact
+    assert "draft_input_ids" not in {i.name for i in draft.input}
+    scalar = target_inputs["request_output_len"]
+    assert list(scalar.dims) == [1] and scalar.HasField("reshape") and list(scalar.reshape.shape) == []
+    assert {"output_ids", "sequence_length", "generation_logits"} <= {o.name for o in target.output}
+
+
+def test_kv_fraction_admits_the_token_budget_in_any_load_order(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan = make_plan(load_spec(ROOT / "examples" / "llama8b-1b-h200.yaml"))
+    fractions = configs.kv_cache_fractions(plan)
+    memory, gpu = plan.memory, plan.memory.gpus[0]
+    target_kv = memory.target.kv_bytes_per_token * memory.kv_tokens
+    draft_kv = memory.draft.kv_bytes_per_token * memory.kv_tokens
+    # Worst case: the other engine loaded with its KV cache first.
+    assert fractions["target"] * (gpu.capacity - gpu.target_fixed - gpu.draft_fixed - draft_kv) >= target_kv
+    assert fractions["draft"] * (gpu.capacity - gpu.target_fixed - gpu.draft_fixed - target_kv) >= draft_kv
+    # ... and not much more than needed when it loads first.
+    assert fractions["target"] < (target_kv + gpu.headroom) / (gpu.capacity - gpu.target_fixed - gpu.draft_fixed - draft_kv) + 0.01
+
+
+def test_torch_flavor_engines_are_python_models_with_the_same_tensors(demo_spec):
+    settings = configs.settings_from_plan(make_plan(demo_spec), flavor="torch")
+    trtllm = configs.settings_from_plan(make_plan(demo_spec), flavor="tensorrtllm")
+    for role in ("target", "draft"):
+        torch_config, trt_config = configs.engine_config(settings, role), configs.engine_config(trtllm, role)
+        assert torch_config.backend == "python"
+        assert list(torch_config.input) == list(trt_config.input)
+        assert list(torch_config.output) == list(trt_config.output)
+
+
+def _fake_engine(spec, role: str, **build_overrides) -> Path:
+    directory = engine_dir(spec, role)
+    directory.mkdir(parents=True)
+    build = {
+        "max_batch_size": spec.engine.max_batch_size,
+        "max_input_len": spec.engine.max_input_len,
+        "max_seq_len": spec.engine.max_seq_len + (spec.num_draft_tokens if role == "target" else 0),
+        "max_draft_len": spec.num_draft_tokens if role == "target" else 0,
+        "gather_generation_logits": spec.speculative.acceptance == "probabilistic",
+    }
+    build.update(build_overrides)
+    pretrained = {"architecture": "LlamaForCausalLM", "vocab_size": build.pop("vocab_size", 4096)}
+    (directory / "config.json").write_text(json.dumps({"version": "1.2.0", "pretrained_config": pretrained, "build_config": build}))
+    return directory
+
+
+def test_matching_engines_are_accepted(demo_spec, tmp_path):
+    for role in ("target", "draft"):
+        _fake_engine(demo_spec, role)
+    result = write_repository(demo_spec, tmp_path / "repo", "tensorrtllm")
+    assert sum("agrees with the spec" in note for note in result.notes) == 2
+
+
+def test_without_engines_the_plan_is_used_and_said_so(demo_spec, tmp_path):
+    result = write_repository(demo_spec, tmp_path / "repo", "tensorrtllm")
+    assert sum("no engine built" in note for note in result.notes) == 2
+
+
+@pytest.mark.parametrize(
+    ("role", "override", "key"),
+    [
+        ("target", {"max_batch_size": 4}, "build_config.max_batch_size"),
+        ("draft", {"max_batch_size": 16}, "build_config.max_batch_size"),
+        ("target", {"max_draft_len": 2}, "build_config.max_draft_len"),
+        ("draft", {"vocab_size": 32000}, "pretrained_config.vocab_size"),
+        ("target", {"max_input_len": 128}, "build_config.max_input_len"),
+    ],
+)
+def test_engines_that_disagree_with_the_spec_are_refused(demo_spec, tmp_path, role, override, key):
+    other = "draft" if role == "target" else "target"
+    _fake_engine(demo_spec, other)
+    _fake_engine(demo_spec, role, **override)
+    with pytest.raises(EngineMismatchError) as caught:
+        write_repository(demo_spec, tmp_path / "repo", "tensorrtllm")
+    error = caught.value
+    assert error.role == role and error.key == key
+    assert str(error.engine_value) in str(error) and str(error.spec_value) in str(error)
+    assert "trt-spec build" in str(error)
+    assert not (tmp_path / "repo").exists()  # nothing half-written
+
+
+def test_probabilistic_acceptance_needs_generation_logits(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = {
+        "name": "prob", "target": {"model": str(ROOT / "examples/pystdlib-pair/target")},
+        "draft": {"model": str(ROOT / "examples/pystdlib-pair/draft")},
+        "speculative": {"num_draft_tokens": 4, "acceptance": "probabilistic"},
+        "engine": {"max_input_len": 512, "max_seq_len": 1008},
+    }
+    spec = parse_spec(data)
+    _fake_engine(spec, "draft")
+    _fake_engine(spec, "target", gather_generation_logits=False)
+    with pytest.raises(EngineMismatchError, match="gather_generation_logits"):
+        write_repository(spec, tmp_path / "repo", "tensorrtllm")
+
+
+def test_writer_never_replaces_a_foreign_directory(demo_spec, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(RepositoryError, match="refusing to replace"):
+        write_repository(demo_spec, out, "tensorrtllm")
+    assert (out / "notes.txt").read_text() == "keep me"
+    # A previous repository is replaced whole.
+    write_repository(demo_spec, tmp_path / "repo", "tensorrtllm")
+    (tmp_path / "repo" / T.PREPROCESSING / "stale.txt").write_text("old")
+    write_repository(demo_spec, tmp_path / "repo", "tensorrtllm")
+    assert not (tmp_path / "repo" / T.PREPROCESSING / "stale.txt").exists()
+
+
+def test_repository_is_relocatable(demo_spec, tmp_path):
+    write_repository(demo_spec, tmp_path / "repo", "tensorrtllm")
+    for name in (T.PREPROCESSING, T.POSTPROCESSING):
+        version = tmp_path / "repo" / name / "1"
+        assert (version / "model.py").is_file()
+        assert (version / "trt_spec_tensors.py").read_text() == Path(T.__file__).read_text()
+        assert (version / "tokenizer" / "tokenizer.json").is_file()
+        params = _params(configs.read_config(tmp_path / "repo" / name / "config.pbtxt"))
+        assert not Path(params["tokenizer_dir"]).is_absolute()
+
+
+def test_bad_config_fails_when_generated_not_when_loaded():
+    with pytest.raises(RepositoryError, match="does not validate"):
+        configs.to_model_config({"name": "x", "backend": "python", "max_batch_sise": 1})
+
+
+def test_write_config_is_atomic_and_round_trips(demo_spec, tmp_path):
+    config = configs.postprocessing_config(configs.settings_from_plan(make_plan(demo_spec)))
+    path = configs.write_config(config, tmp_path)
+    assert path == tmp_path / T.POSTPROCESSING / "config.pbtxt"
+    assert configs.read_config(path) == config
+    assert [p.name for p in path.parent.iterdir()] == ["config.pbtxt"]  # no temp file left

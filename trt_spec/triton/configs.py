@@ -1,0 +1,391 @@
+"""config.pbtxt builders: typed settings -> dict -> Triton's own ``ModelConfig`` protobuf.
+
+As PyTriton does it: the dict is parsed by ``google.protobuf.json_format`` into
+``tritonclient.grpc.model_config_pb2.ModelConfig``, so a misspelled field or a bad enum fails here,
+when the repository is generated, not when a server loads it; ``text_format`` writes the file.
+Tensor names, dtypes and shapes come from :mod:`trt_spec.triton.tensors` only.
+
+Every limit comes from one :class:`RepositorySettings`, made from the plan
+(:func:`settings_from_plan`) and, when engines are built, cross-checked against their
+TensorRT-LLM ``config.json`` (:func:`check_engines`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+from trt_spec.errors import EngineMismatchError, RepositoryError
+from trt_spec.layout import engine_dir
+from trt_spec.plan import Plan
+from trt_spec.triton import tensors as T
+
+ModelConfig = model_config_pb2.ModelConfig
+
+FLAVORS = ("tensorrtllm", "torch")
+TOKENIZER_SUBDIR = "tokenizer"  # beside model.py in the version directory; relocatable
+# Keeps the KV budget an absolute token count (memory.py) in every engine load order.
+MAX_KV_FRACTION = 0.95
+# guaranteed_no_evict: a request admitted to the batch always has KV blocks to finish, so a
+# verifying target is never paused between draft and verify.
+BATCH_SCHEDULER_POLICY = "guaranteed_no_evict"
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What one engine model's config needs."""
+
+    role: str  # "target" | "draft"
+    engine_dir: str  # as the server will see it (a container's mount point may differ)
+    hf_model_dir: str | None  # the HF checkpoint (torch flavor)
+    tp_size: int
+    kv_tokens: int  # max_tokens_in_paged_kv_cache
+    kv_fraction: float  # kv_cache_free_gpu_mem_fraction that admits kv_tokens in any load order
+
+
+@dataclass(frozen=True)
+class RepositorySettings:
+    name: str
+    flavor: str
+    max_batch_size: int
+    max_input_len: int
+    max_seq_len: int  # prompt + generated tokens; the builder adds K on the target itself
+    max_draft_len: int  # K of the target engine
+    default_num_draft_tokens: int
+    acceptance: str  # greedy | probabilistic
+    vocab_size: int
+    target: EngineSettings
+    draft: EngineSettings
+
+    def engine(self, role: str) -> EngineSettings:
+        return {"target": self.target, "draft": self.draft}[role]
+
+
+def kv_cache_fractions(plan: Plan) -> dict[str, float]:
+    """``kv_cache_free_gpu_mem_fraction`` per engine, matching the plan's absolute KV budget.
+
+    TensorRT-LLM allocates min(max_tokens_in_paged_kv_cache, fraction x free memory at load).
+    Free memory at an engine's KV allocation is smallest when the other engine is already loaded
+    with its KV cache: capacity - both engines' fixed memory - the other's KV cache. The fraction
+    is the engine's KV bytes over that worst case (on its tightest GPU), rounded up, so the token
+    count, not the fraction, is what binds whichever engine loads first.
+    """
+    memory = plan.memory
+    kv_bytes = {
+        "target": memory.target.kv_bytes_per_token * memory.kv_tokens,
+        "draft": memory.draft.kv_bytes_per_token * memory.kv_tokens,
+    }
+    fractions = {}
+    for role, other in (("target", "draft"), ("draft", "target")):
+        worst = 0.0
+        for gpu in memory.gpus:
+            on_gpu = role == "target" or gpu.draft_fixed > 0
+            if not on_gpu:
+                continue
+            other_kv = kv_bytes[other] if (other == "target" or gpu.draft_fixed > 0) else 0
+            free = gpu.capacity - gpu.target_fixed - gpu.draft_fixed - other_kv
+            worst = max(worst, kv_bytes[role] / free if free > 0 else 1.0)
+        fractions[role] = min(MAX_KV_FRACTION, math.ceil(worst * 1000) / 1000 or 0.001)
+    return fractions
+
+
+def settings_from_plan(
+    plan: Plan,
+    *,
+    flavor: str | None = None,
+    engines_mount: str | Path | None = None,
+    hf_model_dirs: dict[str, str] | None = None,
+) -> RepositorySettings:
+    """The repository's settings from the plan alone.
+
+    ``engines_mount``: the spec's ``paths.engines`` as the serving machine sees it (e.g. a
+    container mount point); default: the absolute local path.
+    """
+    spec = plan.spec
+    flavor = flavor or spec.triton.flavor
+    if flavor not in FLAVORS:
+        raise RepositoryError(f"flavor must be one of {', '.join(FLAVORS)}; got {flavor!r}")
+    fractions = kv_cache_fractions(plan)
+    engines = {}
+    for role in ("target", "draft"):
+        local = engine_dir(spec, role)
+        if engines_mount is not None:
+            served = str(Path(engines_mount) / spec.name / role)
+        else:
+            served = str(local.resolve())
+        engines[role] = EngineSettings(
+            role=role,
+            engine_dir=served,
+            hf_model_dir=(hf_model_dirs or {}).get(role),
+            tp_size=spec.role(role).tp_size,
+            kv_tokens=plan.memory.kv_tokens,
+            kv_fraction=fractions[role],
+        )
+    return RepositorySettings(
+        name=spec.name,
+        flavor=flavor,
+        max_batch_size=spec.engine.max_batch_size,
+        max_input_len=spec.engine.max_input_len,
+        max_seq_len=spec.engine.max_seq_len,
+        max_draft_len=spec.num_draft_tokens,
+        default_num_draft_tokens=spec.num_draft_tokens,
+        acceptance=spec.speculative.acceptance,
+        vocab_size=plan.target.model.vocab_size,
+        target=engines["target"],
+        draft=engines["draft"],
+    )
+
+
+def read_engine_config(directory: Path) -> dict | None:
+    """An engine directory's TensorRT-LLM ``config.json``, or None when no engine is built there."""
+    path = Path(directory) / "config.json"
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RepositoryError(f"cannot read the engine config {path}: {exc}; rebuild with `trt-spec build --spec F --force`") from None
+
+
+def check_engines(plan: Plan, settings: RepositorySettings) -> list[str]:
+    """Cross-check built engines against the spec; returns notes for the caller to show.
+
+    Raises:
+        EngineMismatchError: an engine's ``config.json`` disagrees with the spec (names the field,
+            both values, and the fix).
+    """
+    spec = plan.spec
+    notes, vocab = [], {}
+    fix = "rebuild with `trt-spec build --spec F --force`, or change the spec to match the engine"
+    for role in ("target", "draft"):
+        directory = engine_dir(spec, role)
+        config = read_engine_config(directory)
+        if config is None:
+            notes.append(f"{role}: no engine built in {directory}; the configs follow the plan, unchecked")
+            continue
+        build = config.get("build_config", {})
+        pretrained = config.get("pretrained_config", {})
+
+        def refuse(key: str, engine_value, spec_value, spec_key: str) -> None:
+            raise EngineMismatchError(
+                f"{role} engine in {directory} has {key} = {engine_value!r} but the spec's {spec_key} "
+                f"asks for {spec_value!r}; {fix}",
+                role=role, key=key, engine_value=engine_value, spec_value=spec_value,
+            )
+
+        if build.get("max_batch_size") != settings.max_batch_size:
+            refuse("build_config.max_batch_size", build.get("max_batch_size"), settings.max_batch_size, "engine.max_batch_size")
+        if (build.get("max_input_len") or 0) < settings.max_input_len:
+            refuse("build_config.max_input_len", build.get("max_input_len"), settings.max_input_len, "engine.max_input_len")
+        if (build.get("max_seq_len") or 0) < settings.max_seq_len:
+            refuse("build_config.max_seq_len", build.get("max_seq_len"), settings.max_seq_len, "engine.max_seq_len")
+        if role == "target" and (build.get("max_draft_len") or 0) < settings.max_draft_len:
+            refuse("build_config.max_draft_len", build.get("max_draft_len"), settings.max_draft_len, "speculative.num_draft_tokens")
+        if settings.acceptance == "probabilistic" and not _gathers_generation_logits(build):
+            refuse("build_config.gather_generation_logits", False, True, "speculative.acceptance: probabilistic")
+        vocab[role] = pretrained.get("vocab_size")
+        if vocab[role] != settings.vocab_size:
+            refuse("pretrained_config.vocab_size", vocab[role], settings.vocab_size, f"{role}.model (its config.json)")
+        notes.append(f"{role}: engine in {directory} agrees with the spec")
+    return notes
+
+
+def _gathers_generation_logits(build: dict) -> bool:
+    # 1.2.x writes the flag at the top of build_config; some releases nest it in plugin_config.
+    return bool(build.get("gather_generation_logits") or build.get("plugin_config", {}).get("gather_generation_logits"))
+
+
+# --- dict helpers ---------------------------------------------------------------------------------
+
+
+def _io(tensor: T.Tensor) -> dict:
+    entry: dict = {"name": tensor.name, "data_type": tensor.config_dtype, "dims": list(tensor.dims)}
+    if tensor.scalar_reshape:
+        entry["reshape"] = {"shape": []}
+    if tensor.optional:
+        entry["optional"] = True
+    if tensor.ragged:
+        entry["allow_ragged_batch"] = True
+    return entry
+
+
+def _parameters(values: dict[str, object]) -> dict:
+    def text(value: object) -> str:
+        return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+    return {key: {"string_value": text(value)} for key, value in values.items()}
+
+
+def to_model_config(config: dict) -> ModelConfig:
+    """Parse a config dict into Triton's ``ModelConfig``.
+
+    Raises:
+        RepositoryError: an unknown field or a bad value (a bug in a builder, named here).
+    """
+    try:
+        return json_format.ParseDict(config, ModelConfig())
+    except json_format.ParseError as exc:
+        raise RepositoryError(f"model config {config.get('name')!r} does not validate: {exc}") from None
+
+
+def _python_model(name: str, settings: RepositorySettings, inputs, outputs, parameters: dict,
+                  *, decoupled: bool = False, instances: int = 1) -> ModelConfig:
+    config = {
+        "name": name,
+        "backend": "python",
+        "max_batch_size": settings.max_batch_size,
+        "input": [_io(t) for t in inputs],
+        "output": [_io(t) for t in outputs],
+        "instance_group": [{"count": instances, "kind": "KIND_CPU"}],
+        "parameters": _parameters(parameters),
+    }
+    if decoupled:
+        config["model_transaction_policy"] = {"decoupled": True}
+    return to_model_config(config)
+
+
+# --- the models -------------------------------------------------------------------------------------
+
+
+def preprocessing_config(settings: RepositorySettings) -> ModelConfig:
+    return _python_model(T.PREPROCESSING, settings, T.PREPROCESSING_INPUTS, T.PREPROCESSING_OUTPUTS, {
+        "tokenizer_dir": TOKENIZER_SUBDIR,
+        "add_special_tokens": True,
+        "max_input_len": settings.max_input_len,
+        "max_seq_len": settings.max_seq_len,
+        "max_draft_len": settings.max_draft_len,
+        "default_num_draft_tokens": settings.default_num_draft_tokens,
+        "vocab_size": settings.vocab_size,
+    })
+
+
+def postprocessing_config(settings: RepositorySettings) -> ModelConfig:
+    return _python_model(T.POSTPROCESSING, settings, T.POSTPROCESSING_INPUTS, T.POSTPROCESSING_OUTPUTS, {
+        "tokenizer_dir": TOKENIZER_SUBDIR,
+    })
+
+
+def loop_config(settings: RepositorySettings) -> ModelConfig:
+    """The draft -> verify loop: python, decoupled (it streams each iteration's tokens)."""
+    return _python_model(T.LOOP, settings, T.LOOP_INPUTS, T.LOOP_OUTPUTS, {
+        "target_model": T.TARGET,
+        "draft_model": T.DRAFT,
+        "max_draft_len": settings.max_draft_len,
+        "acceptance": settings.acceptance,
+        "detokenize_context_tokens": T.DETOKENIZE_CONTEXT_TOKENS,
+    }, decoupled=True)
+
+
+def engine_config(settings: RepositorySettings, role: str) -> ModelConfig:
+    """``tensorrt_llm`` (target) or ``tensorrt_llm_draft`` in the settings' flavor."""
+    engine = settings.engine(role)
+    name = T.TARGET if role == "target" else T.DRAFT
+    inputs = T.TARGET_INPUTS if role == "target" else T.DRAFT_ENGINE_INPUTS
+    if settings.flavor == "torch":
+        return _python_model(name, settings, inputs, T.ENGINE_OUTPUTS, {
+            "role": role,
+            "hf_model_dir": engine.hf_model_dir or "",
+            "max_seq_len": settings.max_seq_len + (settings.max_draft_len if role == "target" else 0),
+            "max_draft_len": settings.max_draft_len if role == "target" else 0,
+            "max_tokens_in_paged_kv_cache": engine.kv_tokens,
+        })
+    config = {
+        "name": name,
+        "backend": "tensorrtllm",
+        "max_batch_size": settings.max_batch_size,
+        # The loop calls each engine once per iteration and waits for its one response;
+        # TensorRT-LLM requires decoupled mode only for streaming requests, which it never sends.
+        "model_transaction_policy": {"decoupled": False},
+        "dynamic_batching": {"preferred_batch_size": [settings.max_batch_size], "max_queue_delay_microseconds": 0},
+        "input": [_io(t) for t in inputs],
+        "output": [_io(t) for t in T.ENGINE_OUTPUTS],
+        # The backend drives its GPUs itself (gpu_device_ids); Triton sees one CPU instance.
+        "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
+        "parameters": _parameters({
+            "gpt_model_type": "inflight_fused_batching",
+            "gpt_model_path": engine.engine_dir,
+            "max_beam_width": 1,
+            "batch_scheduler_policy": BATCH_SCHEDULER_POLICY,
+            "max_tokens_in_paged_kv_cache": engine.kv_tokens,
+            "kv_cache_free_gpu_mem_fraction": engine.kv_fraction,
+            "enable_kv_cache_reuse": True,  # the loop resends the prefix every iteration
+            "enable_chunked_context": True,
+            "exclude_input_in_output": True,
+            "gpu_device_ids": ",".join(str(rank) for rank in range(engine.tp_size)),
+            "speculative_decoding_fast_logits": False,
+        }),
+    }
+    return to_model_config(config)
+
+
+def ensemble_config(settings: RepositorySettings) -> ModelConfig:
+    """preprocessing -> tensorrt_llm_bls -> postprocessing (DESIGN.md's client interface)."""
+    pre = {t.name: f"_pre_{t.name}" for t in T.PREPROCESSING_OUTPUTS}
+    loop_private = {t.name: f"_loop_{t.name}" for t in T.POSTPROCESSING_INPUTS}
+    steps = [
+        {
+            "model_name": T.PREPROCESSING,
+            "model_version": -1,
+            "input_map": {t.name: t.name for t in T.PREPROCESSING_INPUTS},
+            "output_map": pre,
+        },
+        {
+            "model_name": T.LOOP,
+            "model_version": -1,
+            "input_map": {**pre, T.SEED.name: T.SEED.name},
+            "output_map": {**loop_private, **{t.name: t.name for t in T.STATS_OUTPUTS}},
+        },
+        {
+            "model_name": T.POSTPROCESSING,
+            "model_version": -1,
+            "input_map": loop_private,
+            "output_map": {T.TEXT_OUTPUT.name: T.TEXT_OUTPUT.name},
+        },
+    ]
+    return to_model_config({
+        "name": T.ENSEMBLE,
+        "platform": "ensemble",
+        "max_batch_size": settings.max_batch_size,
+        "input": [_io(t) for t in T.ENSEMBLE_INPUTS],
+        "output": [_io(t) for t in T.ENSEMBLE_OUTPUTS],
+        "ensemble_scheduling": {"step": steps},
+    })
+
+
+def all_configs(settings: RepositorySettings) -> dict[str, ModelConfig]:
+    """Every model of the repository, by name."""
+    return {
+        T.PREPROCESSING: preprocessing_config(settings),
+        T.TARGET: engine_config(settings, "target"),
+        T.DRAFT: engine_config(settings, "draft"),
+        T.LOOP: loop_config(settings),
+        T.POSTPROCESSING: postprocessing_config(settings),
+        T.ENSEMBLE: ensemble_config(settings),
+    }
+
+
+def config_text(config: ModelConfig) -> str:
+    return text_format.MessageToString(config)
+
+
+def write_config(config: ModelConfig, repo: str | Path) -> Path:
+    """Write ``<repo>/<config.name>/config.pbtxt`` atomically (a reader never sees half a file)."""
+    if not config.name:
+        raise RepositoryError("a model config without a name cannot be written")
+    path = Path(repo) / config.name / "config.pbtxt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".config.pbtxt.tmp-{os.getpid()}")
+    temp.write_text(config_text(config))
+    temp.replace(path)
+    return path
+
+
+def read_config(path: str | Path) -> ModelConfig:
+    """Parse a config.pbtxt back into ``ModelConfig`` (raises ``text_format.ParseError``)."""
+    return text_format.Parse(Path(path).read_text(), ModelConfig())

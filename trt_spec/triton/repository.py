@@ -1,0 +1,159 @@
+"""Write a Triton model repository for a plan: configs, model sources, tokenizer files.
+
+The repository is relocatable: each python model's version directory holds its ``model.py``, a
+copy of ``tensors.py`` (``trt_spec_tensors.py``) and the target's tokenizer files, so it needs no
+``trt_spec`` install where it is served; engine paths can name a container's mount point.
+The whole repository is written into a sibling temporary directory and renamed into place.
+
+Library only for now: the loop model ``tensorrt_llm_bls`` and the torch flavor's engine models
+get their ``model.py`` sources with the speculative core (issue 5, part B); until then their
+configs are written and :attr:`RepositoryResult.pending` names them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trt_spec.errors import RepositoryError
+from trt_spec.layout import model_repo_dir
+from trt_spec.plan import Plan, make_plan
+from trt_spec.spec import Spec
+from trt_spec.triton import configs
+from trt_spec.triton import tensors as T
+
+MODELS_SOURCE_DIR = Path(__file__).parent / "models"
+TENSORS_SOURCE = Path(__file__).parent / "tensors.py"
+TENSORS_COPY_NAME = "trt_spec_tensors.py"
+# What AutoTokenizer may read; whichever of these the checkpoint has is copied.
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "chat_template.jinja",
+)
+TOKENIZER_MODELS = (T.PREPROCESSING, T.POSTPROCESSING)
+
+
+@dataclass
+class RepositoryResult:
+    path: Path
+    flavor: str
+    models: list[str] = field(default_factory=list)  # complete: config and (python) sources
+    pending: list[str] = field(default_factory=list)  # config written; model.py not available yet
+    notes: list[str] = field(default_factory=list)  # for the caller to show; the library never prints
+
+    @property
+    def complete(self) -> bool:
+        return not self.pending
+
+
+def source_dir(model: str, flavor: str) -> Path | None:
+    """The packaged ``model.py`` folder of a python model, or None when there is none yet."""
+    candidates = [MODELS_SOURCE_DIR / f"{model}_{flavor}", MODELS_SOURCE_DIR / model]
+    for candidate in candidates:
+        if (candidate / "model.py").is_file():
+            return candidate
+    return None
+
+
+def target_tokenizer_dir(spec: Spec) -> Path:
+    """The target checkpoint's folder (a local directory, or the downloaded snapshot)."""
+    local = spec.target.local_dir(spec.source_dir)
+    if local is not None:
+        return local
+    from trt_spec.checkpoints.download import local_snapshot
+
+    return local_snapshot(spec, "target").path
+
+
+def write_repository(
+    spec: Spec,
+    out_dir: str | Path | None = None,
+    flavor: str | None = None,
+    *,
+    plan: Plan | None = None,
+    engines_mount: str | Path | None = None,
+    tokenizer_dir: str | Path | None = None,
+) -> RepositoryResult:
+    """Write the repository for ``spec`` into ``out_dir`` (default: the spec's ``paths.model_repo``).
+
+    With engines built, they are cross-checked against the spec first; without, the configs
+    follow the plan and a note says so.
+
+    Raises:
+        EngineMismatchError: a built engine disagrees with the spec.
+        RepositoryError: no tokenizer files, or a config that does not validate.
+        NotDownloadedError: the target is a Hub model that has not been downloaded.
+    """
+    plan = plan or make_plan(spec)
+    flavor = flavor or spec.triton.flavor
+    tokenizer_source = Path(tokenizer_dir) if tokenizer_dir else target_tokenizer_dir(spec)
+    hf_dirs = {"target": str(tokenizer_source)}
+    draft_local = spec.draft.local_dir(spec.source_dir)
+    if draft_local is not None:
+        hf_dirs["draft"] = str(draft_local)
+    settings = configs.settings_from_plan(plan, flavor=flavor, engines_mount=engines_mount, hf_model_dirs=hf_dirs)
+    notes = configs.check_engines(plan, settings) if flavor == "tensorrtllm" else []
+    model_configs = configs.all_configs(settings)
+    tokenizer_files = [tokenizer_source / name for name in TOKENIZER_FILES if (tokenizer_source / name).is_file()]
+    if not any(path.name in ("tokenizer.json", "tokenizer.model", "vocab.json") for path in tokenizer_files):
+        raise RepositoryError(f"no tokenizer files (tokenizer.json, tokenizer.model or vocab.json) in {tokenizer_source}")
+
+    final = Path(out_dir) if out_dir is not None else model_repo_dir(spec)
+    final = final.resolve()
+    _check_replaceable(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    partial = final.with_name(f".{final.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    result = RepositoryResult(path=final, flavor=flavor, notes=notes)
+    try:
+        for name, config in model_configs.items():
+            configs.write_config(config, partial)
+            if config.backend != "python":
+                result.models.append(name)
+                continue
+            source = source_dir(name, flavor)
+            if source is None:
+                result.pending.append(name)
+                continue
+            version = partial / name / "1"
+            version.mkdir(parents=True)
+            shutil.copy2(source / "model.py", version / "model.py")
+            shutil.copy2(TENSORS_SOURCE, version / TENSORS_COPY_NAME)
+            if name in TOKENIZER_MODELS:
+                (version / configs.TOKENIZER_SUBDIR).mkdir()
+                for path in tokenizer_files:
+                    shutil.copy2(path, version / configs.TOKENIZER_SUBDIR / path.name)
+            result.models.append(name)
+        _publish(partial, final)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    if result.pending:
+        result.notes.append(
+            f"not servable yet: no model source for {', '.join(result.pending)} (issue 5, part B); "
+            "their config.pbtxt is written"
+        )
+    return result
+
+
+def _check_replaceable(final: Path) -> None:
+    """Only a previous repository (our model folders, nothing else) is ever replaced."""
+    if not final.exists():
+        return
+    if not final.is_dir():
+        raise RepositoryError(f"{final} exists and is not a directory; choose another output directory")
+    foreign = sorted(entry.name for entry in final.iterdir() if entry.name not in T.MODEL_NAMES)
+    if foreign:
+        raise RepositoryError(
+            f"{final} holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which is not a "
+            "model of this repository; refusing to replace it: choose an empty or new output directory"
+        )
+
+
+def _publish(partial: Path, final: Path) -> None:
+    retired = final.with_name(f".{final.name}.retired-{os.getpid()}")
+    if final.exists():
+        final.rename(retired)
+    partial.rename(final)
+    shutil.rmtree(retired, ignore_errors=True)

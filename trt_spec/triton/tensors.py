@@ -1,0 +1,204 @@
+"""Every Triton model name and tensor (name, dtype, shape) of the repository, defined once.
+
+Imported by the config generator (``configs.py``), the Triton models (the writer copies this file
+beside each ``model.py``, so a relocated repository needs no ``trt_spec`` install) and the
+client. Standard library only: it is loaded inside Triton's python-backend stub.
+
+Shapes are per request *without* the batch dimension: every model has ``max_batch_size`` > 0, so
+a client sends a scalar as shape ``[1, 1]`` (DESIGN.md). The engine models keep TensorRT-LLM
+1.2.x's own tensor names, dtypes and dims (``triton_backend/inflight_batcher_llm/src/utils.h``
+and the ``tensorrt_llm/config.pbtxt`` template), so the loop model is the same for both flavors;
+their scalars are ``dims: [1]`` with ``reshape: []`` as there.
+
+Streaming-safe detokenization (loop model -> postprocessing)
+------------------------------------------------------------
+Each response of a request passes through ``postprocessing`` as an independent request, so
+postprocessing keeps no state. Instead every loop response carries a small window of tokens:
+
+- ``output_ids`` = ``generated[w:n]``: the tokens generated so far from a window start ``w`` on;
+- ``num_context_tokens`` = ``m - w``: how many of them earlier responses already covered
+  (``m`` = tokens generated before this response); the rest are new;
+- ``is_final``: this is the request's last response (nothing more will follow).
+
+The loop chooses ``w = window_start(m) = max(0, m - DETOKENIZE_CONTEXT_TOKENS)``. Postprocessing decodes the window
+twice, ``a = decode(output_ids[:num_context_tokens])`` and ``b = decode(output_ids)``, drops from
+each (unless ``is_final``) at most ONE trailing U+FFFD — the only character that later bytes can
+still change (an incomplete UTF-8 sequence decodes to exactly one U+FFFD; every earlier one is
+final) — and sends ``b[len(a):]``. Both decodes start at the same token, so whatever a window
+start does to the first characters (a split multi-byte character, a SentencePiece leading space)
+is the same in both and cancels; the held-back character is re-decoded by the next response, whose
+window still reaches back to it. The deltas therefore concatenate to
+``decode(all generated tokens)``, multi-byte characters included. Decoding uses
+``skip_special_tokens=True, clean_up_tokenization_spaces=False`` (clean-up rewrites earlier text,
+e.g. ``" ." -> "."``, which no stream can take back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Model names (TensorRT-LLM's own; DESIGN.md).
+PREPROCESSING = "preprocessing"
+POSTPROCESSING = "postprocessing"
+TARGET = "tensorrt_llm"
+DRAFT = "tensorrt_llm_draft"
+LOOP = "tensorrt_llm_bls"
+ENSEMBLE = "ensemble"
+MODEL_NAMES = (PREPROCESSING, TARGET, DRAFT, LOOP, POSTPROCESSING, ENSEMBLE)
+
+# Tokens of already-streamed text the loop resends with each response (see the module docstring):
+# enough for one held-back character (<= 3 bytes of an incomplete UTF-8 sequence, >= 1 byte per
+# token) plus a window start that falls inside another multi-byte character (<= 3 tokens).
+DETOKENIZE_CONTEXT_TOKENS = 8
+
+
+def window_start(num_sent_tokens: int) -> int:
+    """Where the loop's next ``output_ids`` window starts, after ``num_sent_tokens`` generated
+    tokens went out in earlier responses (``num_context_tokens`` = the difference)."""
+    return max(0, num_sent_tokens - DETOKENIZE_CONTEXT_TOKENS)
+
+# Triton datatype -> numpy dtype name (BYTES travel as numpy object arrays of bytes).
+NUMPY_DTYPES = {
+    "BOOL": "bool",
+    "INT32": "int32",
+    "INT64": "int64",
+    "UINT64": "uint64",
+    "FP16": "float16",
+    "FP32": "float32",
+    "BYTES": "object",
+}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One input or output of a Triton model."""
+
+    name: str
+    dtype: str  # Triton datatype as clients name it: "INT32", "FP32", "BYTES", ...
+    dims: tuple[int, ...]  # without the batch dimension; -1 = any length
+    optional: bool = False
+    scalar_reshape: bool = False  # TensorRT-LLM's engine scalars: dims [1], reshape [] in the config
+    ragged: bool = False  # allow_ragged_batch (TensorRT-LLM's variable-length engine inputs)
+    doc: str = ""
+
+    @property
+    def numpy_dtype(self) -> str:
+        return NUMPY_DTYPES[self.dtype]
+
+    @property
+    def config_dtype(self) -> str:
+        """The ``data_type`` of a config.pbtxt: BYTES is ``TYPE_STRING`` there."""
+        return "TYPE_STRING" if self.dtype == "BYTES" else f"TYPE_{self.dtype}"
+
+    def with_name(self, name: str) -> "Tensor":
+        return Tensor(name, self.dtype, self.dims, self.optional, self.scalar_reshape, self.ragged, self.doc)
+
+    def required(self) -> "Tensor":
+        return Tensor(self.name, self.dtype, self.dims, False, self.scalar_reshape, self.ragged, self.doc)
+
+
+def _scalar(name: str, dtype: str, doc: str = "", *, optional: bool = False) -> Tensor:
+    return Tensor(name, dtype, (1,), optional=optional, doc=doc)
+
+
+def _engine_scalar(name: str, dtype: str, *, optional: bool = True) -> Tensor:
+    return Tensor(name, dtype, (1,), optional=optional, scalar_reshape=True)
+
+
+def by_name(tensors: tuple[Tensor, ...]) -> dict[str, Tensor]:
+    return {tensor.name: tensor for tensor in tensors}
+
+
+# --- ensemble: the client's interface (DESIGN.md) -----------------------------------------------
+
+TEXT_INPUT = _scalar("text_input", "BYTES", "the prompt, UTF-8")
+MAX_TOKENS = _scalar("max_tokens", "INT32", "tokens to generate, >= 1")
+TEMPERATURE = _scalar("temperature", "FP32", "absent = 0 (greedy)", optional=True)
+TOP_K = _scalar("top_k", "INT32", "absent or 0 = no top-k", optional=True)
+TOP_P = _scalar("top_p", "FP32", "absent = 1.0", optional=True)
+NUM_DRAFT_TOKENS = _scalar("num_draft_tokens", "INT32", "absent = the spec's K; 0 = plain target decoding", optional=True)
+STREAM = _scalar("stream", "BOOL", "absent = true", optional=True)
+STOP_WORDS = Tensor("stop_words", "BYTES", (-1,), optional=True, doc="strings that end the completion")
+SEED = _scalar("seed", "UINT64", "sampling seed", optional=True)
+
+TEXT_OUTPUT = _scalar("text_output", "BYTES", "new text (streaming) or the whole completion")
+TOTAL_DRAFT_TOKENS = _scalar("total_draft_tokens", "INT32", "running total of drafted tokens")
+TOTAL_ACCEPTED_DRAFT_TOKENS = _scalar("total_accepted_draft_tokens", "INT32", "running total of accepted drafts")
+ACCEPTANCE_RATE = _scalar("acceptance_rate", "FP32", "accepted / drafted so far")
+NUM_TARGET_CALLS = _scalar("num_target_calls", "INT32", "running total of target engine calls")
+
+ENSEMBLE_INPUTS = (TEXT_INPUT, MAX_TOKENS, TEMPERATURE, TOP_K, TOP_P, NUM_DRAFT_TOKENS, STREAM, STOP_WORDS, SEED)
+STATS_OUTPUTS = (TOTAL_DRAFT_TOKENS, TOTAL_ACCEPTED_DRAFT_TOKENS, ACCEPTANCE_RATE, NUM_TARGET_CALLS)
+ENSEMBLE_OUTPUTS = (TEXT_OUTPUT, *STATS_OUTPUTS)
+
+# --- engine models: TensorRT-LLM 1.2.x names -----------------------------------------------------
+
+INPUT_IDS = Tensor("input_ids", "INT32", (-1,), ragged=True)
+INPUT_LENGTHS = _engine_scalar("input_lengths", "INT32", optional=False)
+REQUEST_OUTPUT_LEN = _engine_scalar("request_output_len", "INT32", optional=False)
+DRAFT_INPUT_IDS = Tensor("draft_input_ids", "INT32", (-1,), optional=True, ragged=True)
+DRAFT_LOGITS = Tensor("draft_logits", "FP32", (-1, -1), optional=True, ragged=True)  # [K, vocab]
+END_ID = _engine_scalar("end_id", "INT32")
+PAD_ID = _engine_scalar("pad_id", "INT32")
+STOP_WORDS_LIST = Tensor("stop_words_list", "INT32", (2, -1), optional=True, ragged=True)  # [ids; offsets]
+BEAM_WIDTH = _engine_scalar("beam_width", "INT32")
+ENGINE_TEMPERATURE = _engine_scalar("temperature", "FP32")
+RUNTIME_TOP_K = _engine_scalar("runtime_top_k", "INT32")
+RUNTIME_TOP_P = _engine_scalar("runtime_top_p", "FP32")
+ENGINE_SEED = _engine_scalar("seed", "UINT64")  # 1.2.x reads "seed" (older backends: "random_seed")
+RETURN_GENERATION_LOGITS = _engine_scalar("return_generation_logits", "BOOL")
+RETURN_PERF_METRICS = _engine_scalar("return_perf_metrics", "BOOL")
+EXCLUDE_INPUT_IN_OUTPUT = _engine_scalar("exclude_input_in_output", "BOOL")
+STREAMING = _engine_scalar("streaming", "BOOL")
+
+OUTPUT_IDS = Tensor("output_ids", "INT32", (-1, -1))  # [beam, tokens]
+SEQUENCE_LENGTH = Tensor("sequence_length", "INT32", (-1,))  # [beam]
+GENERATION_LOGITS = Tensor("generation_logits", "FP32", (-1, -1, -1))  # [beam, tokens, vocab]
+KV_CACHE_REUSED_BLOCKS = Tensor("kv_cache_reused_blocks", "INT32", (1,))
+KV_CACHE_ALLOC_NEW_BLOCKS = Tensor("kv_cache_alloc_new_blocks", "INT32", (1,))
+KV_CACHE_ALLOC_TOTAL_BLOCKS = Tensor("kv_cache_alloc_total_blocks", "INT32", (1,))
+
+_ENGINE_COMMON_INPUTS = (
+    INPUT_IDS, INPUT_LENGTHS, REQUEST_OUTPUT_LEN, END_ID, PAD_ID, STOP_WORDS_LIST, BEAM_WIDTH,
+    ENGINE_TEMPERATURE, RUNTIME_TOP_K, RUNTIME_TOP_P, ENGINE_SEED, RETURN_GENERATION_LOGITS,
+    RETURN_PERF_METRICS, EXCLUDE_INPUT_IN_OUTPUT, STREAMING,
+)
+# The target verifies external draft tokens (TensorRT-LLM's ExternalDraftTokensConfig). We never
+# declare draft_acceptance_threshold: a threshold makes acceptance inexact.
+TARGET_INPUTS = (*_ENGINE_COMMON_INPUTS[:3], DRAFT_INPUT_IDS, DRAFT_LOGITS, *_ENGINE_COMMON_INPUTS[3:])
+DRAFT_ENGINE_INPUTS = _ENGINE_COMMON_INPUTS
+ENGINE_OUTPUTS = (
+    OUTPUT_IDS, SEQUENCE_LENGTH, GENERATION_LOGITS,
+    KV_CACHE_REUSED_BLOCKS, KV_CACHE_ALLOC_NEW_BLOCKS, KV_CACHE_ALLOC_TOTAL_BLOCKS,
+)
+
+# --- preprocessing: text and parameters in, validated engine-ready tensors out ----------------
+
+PREPROCESSING_INPUTS = (TEXT_INPUT, MAX_TOKENS, TEMPERATURE, TOP_K, TOP_P, NUM_DRAFT_TOKENS, STREAM, STOP_WORDS)
+# Every default is resolved here, so the loop's inputs are all present and already checked.
+PREPROCESSING_OUTPUTS = (
+    Tensor("input_ids", "INT32", (-1,)),
+    _scalar("input_lengths", "INT32"),
+    _scalar("request_output_len", "INT32"),
+    _scalar("end_id", "INT32"),
+    _scalar("pad_id", "INT32"),
+    _scalar("temperature", "FP32"),
+    _scalar("runtime_top_k", "INT32"),
+    _scalar("runtime_top_p", "FP32"),
+    _scalar("num_draft_tokens", "INT32"),
+    _scalar("streaming", "BOOL"),
+    Tensor("stop_words_list", "INT32", (2, -1)),  # TensorRT-LLM's format; no words = [[0], [-1]]
+)
+
+# --- the loop model ---------------------------------------------------------------------------
+
+LOOP_INPUTS = (*PREPROCESSING_OUTPUTS, SEED)
+NUM_CONTEXT_TOKENS = _scalar("num_context_tokens", "INT32", "leading output_ids earlier responses covered")
+IS_FINAL = _scalar("is_final", "BOOL", "the request's last response")
+LOOP_OUTPUT_IDS = Tensor("output_ids", "INT32", (-1,), doc="generated[w:n], see the module docstring")
+LOOP_OUTPUTS = (LOOP_OUTPUT_IDS, NUM_CONTEXT_TOKENS, IS_FINAL, *STATS_OUTPUTS)
+
+# --- postprocessing ---------------------------------------------------------------------------
+
+POSTPROCESSING_INPUTS = (LOOP_OUTPUT_IDS, NUM_CONTEXT_TOKENS, IS_FINAL)
+POSTPROCESSING_OUTPUTS = (TEXT_OUTPUT,)
