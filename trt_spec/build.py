@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -21,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from trt_spec import __version__
+from trt_spec import __version__, atomic
 from trt_spec.errors import BuildStepFailed, CheckpointMissing, ToolchainMissing
 from trt_spec.layout import ROLES, logs_dir
 from trt_spec.plan import EnginePlan, Plan
@@ -196,15 +195,12 @@ def _build_one(
         return EngineResult(engine.role, final_dir, skipped=True, reason="up to date", manifest=existing)
     reason = "--force" if reason is None else reason
 
-    final_dir.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_partials(final_dir)
-    partial_dir = final_dir.with_name(f".{final_dir.name}.partial-{os.getpid()}")
-    argv = _with_output_dir(engine.build_argv, partial_dir)
     log_path = logs_dir(plan.spec) / f"build-{engine.role}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     on_event(f"{engine.role}: building ({reason}); log: {log_path}")
     started = time.time()
-    try:
+    with atomic.staged_dir(final_dir) as partial_dir:
+        argv = _with_output_dir(engine.build_argv, partial_dir)
         with open(log_path, "w") as log:
             log.write("$ " + " ".join(argv) + "\n")
             log.flush()
@@ -234,10 +230,7 @@ def _build_one(
             "durations_s": {"convert": convert_s, "build": round(time.time() - started, 3)},
             "trt_spec_version": __version__,
         }
-        _write_json(partial_dir / MANIFEST, manifest)
-        _publish(partial_dir, final_dir)
-    finally:
-        shutil.rmtree(partial_dir, ignore_errors=True)
+        atomic.write_json(partial_dir / MANIFEST, manifest)
     on_event(f"{engine.role}: built in {manifest['durations_s']['build']:.1f} s -> {final_dir}")
     return EngineResult(engine.role, final_dir, skipped=False, reason=reason, manifest=manifest)
 
@@ -289,22 +282,6 @@ def _with_output_dir(argv: tuple[str, ...], output_dir: Path) -> list[str]:
     return out
 
 
-def _publish(partial_dir: Path, final_dir: Path) -> None:
-    """Swap the finished build into place; the old engine is removed only afterwards."""
-    retired = final_dir.with_name(f".{final_dir.name}.retired-{os.getpid()}")
-    if final_dir.exists():
-        final_dir.rename(retired)
-    partial_dir.rename(final_dir)
-    shutil.rmtree(retired, ignore_errors=True)
-
-
-def _remove_stale_partials(final_dir: Path) -> None:
-    """Leftovers of builds that were killed before they could clean up."""
-    for pattern in (f".{final_dir.name}.partial-*", f".{final_dir.name}.retired-*"):
-        for stale in final_dir.parent.glob(pattern):
-            shutil.rmtree(stale, ignore_errors=True)
-
-
 def hash_directory(directory: Path) -> str:
     """sha256 over every file's relative path and content.
 
@@ -327,7 +304,7 @@ def hash_directory(directory: Path) -> str:
         total.update(f"{relative}\0{digest}\n".encode())
     if fresh != cache:
         try:
-            _write_json(cache_path, fresh)
+            atomic.write_json(cache_path, fresh)
         except OSError:
             pass  # a read-only checkpoint is hashed again next time; nothing else is lost
     return total.hexdigest()
@@ -339,9 +316,3 @@ def _sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 24), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _write_json(path: Path, data: dict) -> None:
-    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    temp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    temp.replace(path)

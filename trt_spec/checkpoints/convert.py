@@ -22,8 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import shutil
 import time
 import traceback
 import warnings
@@ -33,6 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TextIO
 
+from trt_spec import atomic
 from trt_spec.checkpoints.download import SAFETENSORS_INDEX, Snapshot, local_snapshot
 from trt_spec.errors import ConversionFailed
 from trt_spec.layout import logs_dir, trtllm_checkpoint_dir
@@ -103,25 +102,22 @@ def convert_checkpoint(
 
     log_path = logs_dir(spec) / f"convert-{role}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(output_dir)
-    partial = output_dir.with_name(f".{output_dir.name}.partial-{os.getpid()}")
     source = f"{ref.model}@{snapshot.commit[:12]}" if snapshot.commit else str(snapshot.path)
     say(f"{role}: converting {source} to a TensorRT-LLM checkpoint (tp {ref.tp_size}, {dtype}); log: {log_path}")
     try:
-        problems = _convert_into(
-            partial, snapshot, hf_config, tp_size=ref.tp_size, dtype=dtype,
-            trust_remote_code=ref.trust_remote_code, log_path=log_path, say=lambda line: say(f"{role}: {line}"),
-        )
-        if problems:
-            raise ConversionFailed(
-                f"{role}: the TensorRT-LLM checkpoint exported from {ref.model} has {'; '.join(problems)}; "
-                f"see the log: {log_path}",
-                role=role,
-                log_path=log_path,
+        with atomic.staged_dir(output_dir) as partial:
+            problems = _convert_into(
+                partial, snapshot, hf_config, tp_size=ref.tp_size, dtype=dtype,
+                trust_remote_code=ref.trust_remote_code, log_path=log_path, say=lambda line: say(f"{role}: {line}"),
             )
-        _write_json(partial / MANIFEST, {**inputs, "converted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-        _publish(partial, output_dir)
+            if problems:
+                raise ConversionFailed(
+                    f"{role}: the TensorRT-LLM checkpoint exported from {ref.model} has {'; '.join(problems)}; "
+                    f"see the log: {log_path}",
+                    role=role,
+                    log_path=log_path,
+                )
+            atomic.write_json(partial / MANIFEST, {**inputs, "converted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     except ConversionFailed:
         raise
     except Exception as exc:
@@ -133,8 +129,6 @@ def convert_checkpoint(
             role=role,
             log_path=log_path,
         ) from exc
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
     done = result(False, log_path)
     say(f"{role}: wrote {output_dir} in {done.duration_s:.1f} s")
     return done
@@ -232,7 +226,7 @@ def _convert_into(
             )
     config_path = export_dir / "config.json"
     config = {**json.loads(config_path.read_text()), **config_overrides(hf_config)}
-    _write_json(config_path, config)
+    atomic.write_json(config_path, config)
     return _verify(export_dir, config, hf_config, tp_size=tp_size, dtype=dtype)
 
 
@@ -262,21 +256,6 @@ def _verify(checkpoint_dir: Path, config: dict, hf_config: dict, *, tp_size: int
     return problems
 
 
-def _remove_leftovers(output_dir: Path) -> None:
-    """Temporary siblings of an earlier conversion that was killed before it could clean up."""
-    for leftover in output_dir.parent.glob(f".{output_dir.name}.*-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _publish(partial: Path, output_dir: Path) -> None:
-    """Swap the finished checkpoint into place; a reader sees the old one or the new one."""
-    previous = output_dir.with_name(f".{output_dir.name}.previous-{os.getpid()}")
-    if output_dir.exists():
-        output_dir.rename(previous)
-    partial.rename(output_dir)
-    shutil.rmtree(previous, ignore_errors=True)
-
-
 @contextlib.contextmanager
 def _output_to(log: TextIO) -> Iterator[None]:
     """Send what the libraries print, warn and log during a conversion to ``log``."""
@@ -299,10 +278,6 @@ def _output_to(log: TextIO) -> Iterator[None]:
             logger = logging.getLogger(name)
             logger.handlers[:] = handlers
             logger.propagate = propagate
-
-
-def _write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=4) + "\n")
 
 
 def _version(package: str) -> str | None:

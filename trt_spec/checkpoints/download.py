@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trt_spec import atomic
 from trt_spec.checkpoints.config import hf_cache_dir, locked_entry, read_lock
 from trt_spec.errors import (
     DiskFullError,
@@ -224,9 +225,7 @@ def _write_lock_entry(spec: Spec, role: str, entry: dict) -> None:
     lock[role] = entry
     path = lock_path(spec)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    temp.write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
-    temp.replace(path)
+    atomic.write_json(path, lock)
 
 
 @contextlib.contextmanager

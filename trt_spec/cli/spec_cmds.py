@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 from importlib import resources
 from pathlib import Path
 
 import click
 
+from trt_spec import atomic
 from trt_spec.cli.common import read_spec, spec_option
 from trt_spec.memory import format_bytes
 from trt_spec.plan import Plan, make_plan
@@ -30,9 +30,7 @@ def init(output: str, force: bool) -> None:
     if path.exists() and not force:
         raise click.ClickException(f"{path} exists; pass --force to overwrite it")
     template = (resources.files("trt_spec") / "data" / "spec_template.yaml").read_text()
-    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    temp.write_text(template)
-    temp.replace(path)
+    atomic.write_text(path, template)
     click.echo(f"wrote {path}; next: edit it, then `trt-spec plan --spec {path}`")
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
+from trt_spec import atomic
 from trt_spec.errors import EngineMismatchError, RepositoryError
 from trt_spec.layout import engine_dir
 from trt_spec.plan import Plan
@@ -380,9 +380,7 @@ def write_config(config: ModelConfig, repo: str | Path) -> Path:
         raise RepositoryError("a model config without a name cannot be written")
     path = Path(repo) / config.name / "config.pbtxt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".config.pbtxt.tmp-{os.getpid()}")
-    temp.write_text(config_text(config))
-    temp.replace(path)
+    atomic.write_text(path, config_text(config))
     return path
 
 

@@ -12,11 +12,11 @@ configs are written and :attr:`RepositoryResult.pending` names them.
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trt_spec import atomic
 from trt_spec.errors import RepositoryError
 from trt_spec.layout import model_repo_dir
 from trt_spec.plan import Plan, make_plan
@@ -33,6 +33,8 @@ TOKENIZER_FILES = (
     "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "chat_template.jinja",
 )
 TOKENIZER_MODELS = (T.PREPROCESSING, T.POSTPROCESSING)
+# The project's model_repo/ keeps a README.md (tracked, so the folder exists); it is carried over.
+KEPT_FILE = "README.md"
 
 
 @dataclass
@@ -103,11 +105,8 @@ def write_repository(
     final = Path(out_dir) if out_dir is not None else model_repo_dir(spec)
     final = final.resolve()
     _check_replaceable(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    partial = final.with_name(f".{final.name}.partial-{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)
     result = RepositoryResult(path=final, flavor=flavor, notes=notes)
-    try:
+    with atomic.staged_dir(final) as partial:
         for name, config in model_configs.items():
             configs.write_config(config, partial)
             if config.backend != "python":
@@ -126,9 +125,8 @@ def write_repository(
                 for path in tokenizer_files:
                     shutil.copy2(path, version / configs.TOKENIZER_SUBDIR / path.name)
             result.models.append(name)
-        _publish(partial, final)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
+        if (final / KEPT_FILE).is_file():
+            shutil.copy2(final / KEPT_FILE, partial / KEPT_FILE)
     if result.pending:
         result.notes.append(
             f"not servable yet: no model source for {', '.join(result.pending)} (issue 5, part B); "
@@ -143,17 +141,9 @@ def _check_replaceable(final: Path) -> None:
         return
     if not final.is_dir():
         raise RepositoryError(f"{final} exists and is not a directory; choose another output directory")
-    foreign = sorted(entry.name for entry in final.iterdir() if entry.name not in T.MODEL_NAMES)
+    foreign = sorted(entry.name for entry in final.iterdir() if entry.name not in (*T.MODEL_NAMES, KEPT_FILE))
     if foreign:
         raise RepositoryError(
             f"{final} holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which is not a "
             "model of this repository; refusing to replace it: choose an empty or new output directory"
         )
-
-
-def _publish(partial: Path, final: Path) -> None:
-    retired = final.with_name(f".{final.name}.retired-{os.getpid()}")
-    if final.exists():
-        final.rename(retired)
-    partial.rename(final)
-    shutil.rmtree(retired, ignore_errors=True)
