@@ -104,6 +104,14 @@ class ServerError(TrtSpecError, RuntimeError):
     """The Triton server could not be started, or failed while loading the repository."""
 
 
+class GenerationParamsError(TrtSpecError, ValueError):
+    """A generation request has a bad parameter (temperature, top_p, max tokens, K, prompt, ...)."""
+
+
+class PairMismatch(TrtSpecError, ValueError):
+    """The draft and target cannot run as a pair (e.g. their vocabularies differ in size)."""
+
+
 class EngineMismatchError(TrtSpecError, ValueError):
     """A built engine disagrees with the spec a Triton repository is generated from.
 

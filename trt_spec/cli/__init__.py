@@ -51,9 +51,9 @@ def main() -> None:
 
 def _register() -> None:
     # One module per topic; each exposes `commands`, a list of click commands.
-    from trt_spec.cli import build_cmds, checkpoint_cmds, serve_cmds, spec_cmds
+    from trt_spec.cli import bench_cmds, build_cmds, checkpoint_cmds, generate_cmds, serve_cmds, spec_cmds
 
-    for module in (spec_cmds, checkpoint_cmds, build_cmds, serve_cmds):
+    for module in (spec_cmds, checkpoint_cmds, build_cmds, serve_cmds, generate_cmds, bench_cmds):
         for command in module.commands:
             main.add_command(command)
 

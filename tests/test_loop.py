@@ -1,0 +1,247 @@
+"""The loop against scripted drafters and verifiers: stopping inside a draft window, draft length,
+statistics, streaming, and parameter checks. No model involved."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from trt_spec.errors import GenerationParamsError
+from trt_spec.speculative.loop import (
+    AdaptiveDraftLength,
+    Draft,
+    Generation,
+    GenerationParams,
+    expected_tokens_per_call,
+)
+
+PROMPT = [1, 2, 3]
+TRUTH = list(range(100, 160))  # what the (greedy) target continues the prompt with
+WRONG = 999  # a token the target never emits
+EOS = 7
+
+
+class ScriptedDrafter:
+    """Proposes the target's continuation, wrong at every position p with p % period == period - 1."""
+
+    def __init__(self, truth=TRUTH, period: int = 4):
+        self.truth, self.period = truth, period
+        self.asked: list[int] = []
+        self.produced_before: list[int] = []
+
+    def propose(self, sequence, num_draft_tokens, sampling, generator) -> Draft:
+        start = len(sequence) - len(PROMPT)
+        self.asked.append(num_draft_tokens)
+        self.produced_before.append(start)
+        positions = range(start, start + num_draft_tokens)
+        return Draft(tokens=[WRONG if p % self.period == self.period - 1 else self.truth[p] for p in positions])
+
+
+class ScriptedVerifier:
+    """A greedy target whose continuation is ``truth``."""
+
+    def __init__(self, truth=TRUTH):
+        self.truth = truth
+        self.calls = 0
+
+    def verify(self, sequence, draft, sampling, generator) -> list[int]:
+        self.calls += 1
+        start = len(sequence) - len(PROMPT)
+        assert list(sequence[len(PROMPT):]) == self.truth[:start], "the loop committed a wrong token"
+        emitted = []
+        for offset, token in enumerate(draft.tokens):
+            if token != self.truth[start + offset]:
+                break
+            emitted.append(token)
+        emitted.append(self.truth[start + len(emitted)])
+        return emitted
+
+
+def run(params: GenerationParams, truth=TRUTH, period: int = 4):
+    drafter, verifier = ScriptedDrafter(truth, period), ScriptedVerifier(truth)
+    generation = Generation(PROMPT, drafter if params.num_draft_tokens else None, verifier, params)
+    steps = list(generation)
+    return generation, steps, drafter, verifier
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 3, 5, 8])
+def test_output_is_the_target_continuation(k):
+    generation, steps, _, verifier = run(GenerationParams(max_new_tokens=30, num_draft_tokens=k))
+    assert generation.output == TRUTH[:30]
+    assert [token for step in steps for token in step] == generation.output  # streaming adds up
+    assert generation.finish_reason == "length"
+    assert verifier.calls == generation.stats.target_calls == generation.stats.iterations == len(steps)
+
+
+def test_plain_decoding_is_one_token_per_target_call():
+    generation, steps, _, _ = run(GenerationParams(max_new_tokens=10, num_draft_tokens=0))
+    assert steps == [[token] for token in TRUTH[:10]]
+    assert generation.stats.drafted_tokens == 0 and generation.stats.tokens_per_target_call == 1.0
+
+
+def test_eos_inside_a_draft_window_ends_generation_before_it():
+    truth = TRUTH[:6] + [EOS] + TRUTH[7:]
+    params = GenerationParams(max_new_tokens=30, num_draft_tokens=5, eos_token_ids=frozenset({EOS}))
+    generation, steps, _, _ = run(params, truth=truth, period=100)  # drafts always right
+    assert generation.output == truth[:6]
+    assert generation.finish_reason == "eos"
+    # Step 1 emits 6 tokens; step 2 accepts EOS first and stops: nothing more is streamed.
+    assert len(steps) == 1 and generation.stats.iterations == 2
+
+
+def test_max_tokens_inside_a_draft_window():
+    params = GenerationParams(max_new_tokens=7, num_draft_tokens=5)
+    generation, _, drafter, _ = run(params, period=100)
+    assert generation.output == TRUTH[:7]
+    assert generation.finish_reason == "length"
+    # Step 1 drafts 5 and emits 6; step 2 may emit only 1 more, so it drafts nothing.
+    assert drafter.asked == [5]
+    assert generation.stats.target_calls == 2
+
+
+def test_never_drafts_past_the_budget():
+    params = GenerationParams(max_new_tokens=9, num_draft_tokens=4)
+    generation, _, drafter, _ = run(params, period=3)
+    for asked, produced in zip(drafter.asked, drafter.produced_before):
+        assert 1 <= asked <= params.max_new_tokens - produced - 1
+    assert generation.output == TRUTH[:9]
+
+
+def test_stop_sequence_across_steps_is_emitted_then_stops():
+    stop = tuple(TRUTH[3:6])
+    params = GenerationParams(max_new_tokens=30, num_draft_tokens=1, stop_sequences=(stop,))
+    generation, _, _, _ = run(params)
+    assert generation.output == TRUTH[:6]
+    assert generation.finish_reason == "stop"
+
+
+def test_stats_count_drafts_acceptances_and_positions():
+    # period 4: positions 3, 7, 11, ... are drafted wrong.
+    generation, _, drafter, _ = run(GenerationParams(max_new_tokens=12, num_draft_tokens=3))
+    stats = generation.stats
+    # Step 1 at 0: drafts 100 101 102 (ok), bonus 103 -> 4 tokens. Step 2 at 4: 104 105 106 ok, +107.
+    # Step 3 at 8: drafts 108 109 110 ok, would add 111 -> 12 tokens, done.
+    assert drafter.asked == [3, 3, 3]
+    assert stats.drafted_tokens == 9 and stats.accepted_tokens == 9 and stats.rejections == 0
+    assert stats.acceptance_by_position == [1.0, 1.0, 1.0]
+    assert stats.tokens_per_target_call == 4.0
+
+    generation, _, _, _ = run(GenerationParams(max_new_tokens=12, num_draft_tokens=4))
+    stats = generation.stats
+    # K = 4: the 4th draft of steps 1 and 2 is wrong (accept 3, recover 1); step 3 at 8 may draft
+    # only 3 (12 - 8 - 1), all right, plus the bonus.
+    assert stats.accepted_tokens == 9 and stats.rejections == 2 and stats.drafted_tokens == 4 + 4 + 3
+    assert stats.alpha == pytest.approx(9 / (9 + 2))
+    assert stats.acceptance_rate == pytest.approx(9 / 11)
+    assert stats.acceptance_by_position == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_a_malformed_verifier_answer_is_refused():
+    class Liar(ScriptedVerifier):
+        def verify(self, sequence, draft, sampling, generator):
+            return [WRONG, WRONG] + draft.tokens  # more tokens than drafts + 1, not a prefix
+
+    generation = Generation(PROMPT, ScriptedDrafter(), Liar(), GenerationParams(num_draft_tokens=2))
+    with pytest.raises(ValueError, match="accepted prefix"):
+        generation.run()
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [({"max_new_tokens": 0}, "max_new_tokens"), ({"num_draft_tokens": 17}, "num_draft_tokens"),
+     ({"num_draft_tokens": -1}, "num_draft_tokens"), ({"adaptive_draft": True, "num_draft_tokens": 0}, "adaptive"),
+     ({"stop_sequences": ((),)}, "stop sequence"), ({"temperature": -1.0}, "temperature")],
+)
+def test_params_are_validated(kwargs, fragment):
+    with pytest.raises(GenerationParamsError, match=fragment):
+        GenerationParams(**kwargs)
+
+
+def test_empty_prompt_and_missing_drafter_are_refused():
+    with pytest.raises(GenerationParamsError, match="empty"):
+        Generation([], ScriptedDrafter(), ScriptedVerifier(), GenerationParams())
+    with pytest.raises(GenerationParamsError, match="drafter"):
+        Generation(PROMPT, None, ScriptedVerifier(), GenerationParams(num_draft_tokens=2))
+
+
+def test_expected_tokens_per_call():
+    assert expected_tokens_per_call(0.5, 3) == pytest.approx((1 - 0.5**4) / 0.5)
+    assert expected_tokens_per_call(1.0, 4) == 5
+    assert expected_tokens_per_call(0.0, 4) == 1
+
+
+def test_adaptive_draft_length_follows_acceptance():
+    draft_time, verify_time = 0.001, 0.010
+    always_right = AdaptiveDraftLength(max_draft_tokens=8)
+    assert always_right.next_num_draft_tokens() == 8  # nothing measured yet
+    for _ in range(20):
+        k = always_right.next_num_draft_tokens()
+        always_right.update(k, k, k * draft_time, verify_time)
+    assert always_right.next_num_draft_tokens() == 8
+
+    always_wrong = AdaptiveDraftLength(max_draft_tokens=8)
+    for _ in range(20):
+        k = always_wrong.next_num_draft_tokens()
+        always_wrong.update(k, 0, k * draft_time, verify_time)
+    assert always_wrong.next_num_draft_tokens() == 1
+
+
+def test_adaptive_generation_is_still_exact():
+    params = GenerationParams(max_new_tokens=40, num_draft_tokens=6, adaptive_draft=True)
+    generation, _, drafter, _ = run(params, period=3)
+    assert generation.output == TRUTH[:40]
+    assert len(set(drafter.asked)) > 1  # K actually moved
+
+
+def drive(controller: AdaptiveDraftLength, verify_seconds, alpha: float = 0.8, steps: int = 80) -> float:
+    """Feed a controller steps with i.i.d. acceptance ``alpha``, 1 ms per draft token and
+    verification costing ``verify_seconds(k)``; the mean K it chose over the second half."""
+    rng = random.Random(0)
+    chosen = []
+    for _ in range(steps):
+        k = controller.next_num_draft_tokens()
+        chosen.append(k)
+        accepted = 0
+        while accepted < k and rng.random() < alpha:
+            accepted += 1
+        controller.update(k, accepted, k * 0.001, verify_seconds(k))
+    return sum(chosen[steps // 2 :]) / (steps - steps // 2)
+
+
+def test_adaptive_draft_length_accounts_for_verification_growing_with_k():
+    # alpha 0.8, t_d = 1 ms: a flat 10 ms verification wants long drafts (optimum K = 6);
+    # one growing 4 ms per scored position wants short ones (optimum K = 2).
+    flat = drive(AdaptiveDraftLength(8), lambda k: 0.010)
+    steep = drive(AdaptiveDraftLength(8), lambda k: 0.006 + 0.004 * (k + 1))
+    assert flat >= 4.5 and steep <= 3, (flat, steep)
+
+
+class BernoulliVerifier:
+    """Accepts each draft independently with probability alpha: the i.i.d. model of the theory."""
+
+    def __init__(self, alpha: float, seed: int):
+        self.alpha, self.rng = alpha, random.Random(seed)
+
+    def verify(self, sequence, draft, sampling, generator) -> list[int]:
+        accepted = 0
+        while accepted < len(draft.tokens) and self.rng.random() < self.alpha:
+            accepted += 1
+        return draft.tokens[:accepted] + [5]
+
+
+class ConstantDrafter:
+    def propose(self, sequence, num_draft_tokens, sampling, generator) -> Draft:
+        return Draft(tokens=[4] * num_draft_tokens)
+
+
+@pytest.mark.parametrize("k, alpha", [(2, 0.6), (6, 0.72), (8, 0.9)])
+def test_tokens_per_target_call_reach_the_theory_under_iid_acceptance(k, alpha):
+    """Where acceptance is i.i.d., the loop delivers (1 - alpha^(K+1)) / (1 - alpha) per call:
+    any shortfall on real text is the text's (correlated acceptance, short requests), not the loop's."""
+    params = GenerationParams(max_new_tokens=30_000, num_draft_tokens=k)
+    generation = Generation(PROMPT, ConstantDrafter(), BernoulliVerifier(alpha, seed=k), params)
+    generation.run()
+    stats = generation.stats
+    assert stats.alpha == pytest.approx(alpha, abs=0.01)
+    assert stats.tokens_per_target_call == pytest.approx(expected_tokens_per_call(stats.alpha, k), rel=0.01)

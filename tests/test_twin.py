@@ -1,0 +1,252 @@
+"""The PyTorch twin on tiny random Llama pairs: engine caching, greedy equality with the target
+alone, stopping inside a draft window, seeded sampling, and the sampled output's distribution."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from trt_spec.errors import GenerationParamsError
+from trt_spec.speculative.loop import Generation, GenerationParams
+from trt_spec.speculative.sampling import SamplingParams, probabilities
+from trt_spec.speculative.torch_engine import TorchCausalLM, common_prefix_length
+from trt_spec.speculative.twin import TorchDrafter, TorchVerifier
+
+VOCAB = 64
+PROMPT = [5, 17, 42, 8, 23, 61, 2, 9]
+NEW_TOKENS = 24
+RUNNERS = ("llama", "hf")
+
+
+def tiny_llama(num_layers: int, seed: int, vocab: int = VOCAB) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        initializer_range=0.2,  # spread-out logits: greedy ties would be float noise
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config).eval()
+
+
+def early_exit_draft(target: LlamaForCausalLM) -> LlamaForCausalLM:
+    """A 1-layer draft sharing the target's embeddings, first layer and head: correlated with it."""
+    draft = tiny_llama(1, seed=99, vocab=target.config.vocab_size)
+    draft.load_state_dict({k: v for k, v in target.state_dict().items() if "layers.1." not in k})
+    return draft
+
+
+@pytest.fixture(scope="module")
+def target_model():
+    return tiny_llama(2, seed=0)
+
+
+@pytest.fixture(scope="module")
+def drafts(target_model):
+    return {
+        "early-exit": early_exit_draft(target_model),
+        "independent": tiny_llama(1, seed=1),
+        "identical": target_model,
+    }
+
+
+def reference_greedy(model, prompt, num_tokens) -> tuple[list[int], list[torch.Tensor]]:
+    """The target alone: a full forward pass per token, no cache; also the logits of each step."""
+    tokens, step_logits = list(prompt), []
+    with torch.inference_mode():
+        for _ in range(num_tokens):
+            logits = model(torch.tensor([tokens])).logits[0, -1]
+            step_logits.append(logits)
+            tokens.append(int(logits.argmax()))
+    return tokens[len(prompt):], step_logits
+
+
+def assert_same_greedy(output, reference, reference_logits):
+    """Equal token for token; on failure, report the target's top-2 logit gap where they part."""
+    if output == reference[: len(output)] and len(output) == len(reference):
+        return
+    first = next((i for i, (a, b) in enumerate(zip(output, reference)) if a != b), min(len(output), len(reference)))
+    gap = "n/a"
+    if first < len(reference_logits):
+        top2 = reference_logits[first].topk(2).values
+        gap = f"{float(top2[0] - top2[1]):.3g}"
+    pytest.fail(
+        f"speculative output differs from the target alone at token {first} (top-2 logit gap there: {gap}; "
+        f"a true float tie is rare in float32, a bug is not): {output} vs {reference}"
+    )
+
+
+def speculative(target, draft, runner, params, prompt=PROMPT, seed=None) -> Generation:
+    target_engine = TorchCausalLM(target, runner=runner)
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    drafter = TorchDrafter(TorchCausalLM(draft, runner=runner)) if draft is not None else None
+    return Generation(prompt, drafter, TorchVerifier(target_engine), params, generator)
+
+
+# --- the engine ------------------------------------------------------------------------------
+
+
+def test_common_prefix_length():
+    assert common_prefix_length([], [1, 2]) == 0
+    assert common_prefix_length([1, 2, 3], [1, 2, 3, 4]) == 3
+    assert common_prefix_length([1, 2, 3, 4], [1, 2, 9, 4]) == 2
+    long = list(range(500))
+    assert common_prefix_length(long, long[:-3] + [7, 7, 7]) == 497
+    assert common_prefix_length(long, [1] + long[1:]) == 0  # differs at the head
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_engine_logits_match_a_full_forward_through_crops(target_model, runner):
+    engine = TorchCausalLM(target_model, runner=runner)
+    sequence = PROMPT + [3, 4, 5, 6, 7]
+    with torch.inference_mode():
+        full = target_model(torch.tensor([sequence])).logits[0]  # [L, V]
+    assert torch.allclose(engine.logits(sequence, 3), full[-3:], atol=1e-4)
+    # Rejected drafts: the last 2 tokens change; only they are recomputed, from the cache.
+    changed = sequence[:-2] + [11, 12]
+    with torch.inference_mode():
+        changed_full = target_model(torch.tensor([changed])).logits[0]
+    assert torch.allclose(engine.logits(changed, 3), changed_full[-3:], atol=1e-4)
+    longer = changed + [13]
+    assert torch.allclose(engine.logits(longer, 1), target_model(torch.tensor([longer])).logits[0, -1:], atol=1e-4)
+    # A different sequence altogether.
+    other = [9, 9, 9, 9]
+    assert torch.allclose(engine.logits(other, 4), target_model(torch.tensor([other])).logits[0], atol=1e-4)
+
+
+def test_engine_reuses_the_cache(target_model):
+    engine = TorchCausalLM(target_model, runner="llama")
+    forwarded = []
+    original = engine.runner.forward
+
+    def spy(new_tokens, start, num_logits):
+        forwarded.append((new_tokens.shape[1], start))
+        return original(new_tokens, start, num_logits)
+
+    engine.runner.forward = spy
+    engine.logits(PROMPT, 1)
+    engine.logits(PROMPT + [1, 2, 3], 4)  # verify 3 drafts: K + 1 = 4 positions from the cache
+    engine.logits(PROMPT + [1, 5], 1)  # 1 accepted, 5 recovered: only the new token
+    assert forwarded == [(len(PROMPT), 0), (4, len(PROMPT) - 1), (1, len(PROMPT) + 1)]
+
+
+def test_engine_refuses_bad_requests(target_model):
+    engine = TorchCausalLM(target_model)
+    with pytest.raises(ValueError, match="num_positions"):
+        engine.logits(PROMPT, 0)
+    with pytest.raises(ValueError, match="at most 128"):
+        engine.logits([1] * 129, 1)
+    with pytest.raises(ValueError, match="runner"):
+        TorchCausalLM(target_model, runner="fast")
+
+
+# --- greedy equality with the target alone ---------------------------------------------------
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("k", [1, 3, 5])
+@pytest.mark.parametrize("draft_name", ["early-exit", "independent", "identical"])
+def test_greedy_speculative_equals_the_target_alone(target_model, drafts, runner, k, draft_name):
+    reference, reference_logits = reference_greedy(target_model, PROMPT, NEW_TOKENS)
+    params = GenerationParams(max_new_tokens=NEW_TOKENS, num_draft_tokens=k)
+    generation = speculative(target_model, drafts[draft_name], runner, params)
+    assert_same_greedy(generation.run(), reference, reference_logits)
+    stats = generation.stats
+    assert stats.target_calls == stats.iterations
+    if draft_name == "identical":
+        assert stats.rejections == 0  # the bonus path every step
+    if draft_name != "independent":
+        assert stats.target_calls < NEW_TOKENS
+
+
+def test_plain_decoding_on_the_engine_equals_the_target_alone(target_model):
+    reference, reference_logits = reference_greedy(target_model, PROMPT, NEW_TOKENS)
+    params = GenerationParams(max_new_tokens=NEW_TOKENS, num_draft_tokens=0)
+    generation = speculative(target_model, None, "llama", params)
+    assert_same_greedy(generation.run(), reference, reference_logits)
+    assert generation.stats.target_calls == NEW_TOKENS
+
+
+# --- stopping inside a draft window ----------------------------------------------------------
+
+
+def test_eos_inside_a_draft_window(target_model):
+    reference, _ = reference_greedy(target_model, PROMPT, NEW_TOKENS)
+    stop_at = next(i for i in range(2, NEW_TOKENS) if reference[i] not in reference[:i])
+    eos = frozenset({reference[stop_at]})
+    params = GenerationParams(max_new_tokens=NEW_TOKENS, num_draft_tokens=5, eos_token_ids=eos)
+    generation = speculative(target_model, target_model, "llama", params)  # identical draft: whole windows accepted
+    assert generation.run() == reference[:stop_at]
+    assert generation.finish_reason == "eos"
+
+
+def test_max_tokens_inside_a_draft_window(target_model):
+    reference, _ = reference_greedy(target_model, PROMPT, 8)
+    params = GenerationParams(max_new_tokens=4, num_draft_tokens=5)
+    generation = speculative(target_model, target_model, "llama", params)
+    assert generation.run() == reference[:4]
+    assert generation.finish_reason == "length"
+    assert generation.stats.drafted_tokens == 3  # never drafts past the budget
+
+
+def test_context_limit_is_checked_before_running(target_model):
+    from trt_spec.speculative.twin import TwinPair
+
+    pair = TwinPair(TorchCausalLM(target_model), TorchCausalLM(target_model), tokenizer=None, eos_token_ids=frozenset())
+    with pytest.raises(GenerationParamsError, match="context of 128"):
+        pair.generate(PROMPT, GenerationParams(max_new_tokens=118, num_draft_tokens=4))
+
+
+# --- sampling --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_temperature_one_is_reproducible_with_a_seed(target_model, drafts, runner):
+    params = GenerationParams(max_new_tokens=NEW_TOKENS, num_draft_tokens=3, temperature=1.0)
+    first = speculative(target_model, drafts["early-exit"], runner, params, seed=7).run()
+    again = speculative(target_model, drafts["early-exit"], runner, params, seed=7).run()
+    others = [speculative(target_model, drafts["early-exit"], runner, params, seed=s).run() for s in (8, 9)]
+    assert first == again
+    assert any(other != first for other in others)
+
+
+def test_sampled_output_follows_the_processed_target_distribution():
+    """First and second emitted tokens ~ the target's processed distributions, end to end."""
+    vocab, trials, sigmas = 12, 2000, 6.0
+    target = tiny_llama(2, seed=3, vocab=vocab)
+    draft = early_exit_draft(target)
+    sampling = SamplingParams(temperature=1.3, top_k=8)
+    prompt = [3, 7, 2]
+    with torch.inference_mode():
+        first = probabilities(target(torch.tensor([prompt])).logits[0, -1:], sampling)[0]  # [V]
+        second = sum(
+            first[a] * probabilities(target(torch.tensor([prompt + [a]])).logits[0, -1:], sampling)[0]
+            for a in range(vocab)
+        )  # [V]: the marginal of the second token
+    # 3 new tokens: the first step drafts 2 (a step never drafts past the budget).
+    params = GenerationParams(max_new_tokens=3, num_draft_tokens=2, temperature=1.3, top_k=8)
+    target_engine, draft_engine = TorchCausalLM(target), TorchCausalLM(draft)
+    generator = torch.Generator().manual_seed(0)
+    counts = torch.zeros(2, vocab)
+    for _ in range(trials):
+        output = Generation(prompt, TorchDrafter(draft_engine), TorchVerifier(target_engine), params, generator).run()
+        counts[0, output[0]] += 1
+        counts[1, output[1]] += 1
+    for position, expected in enumerate((first, second)):
+        observed = counts[position] / trials
+        sigma = (expected * (1 - expected) / trials).clamp_min(1e-12).sqrt()
+        worst = float(((observed - expected).abs() / sigma).max())
+        assert worst < sigmas, (position, observed, expected)
+        assert (observed[expected == 0] == 0).all()  # nothing top-k removed is ever emitted
+    assert not math.isclose(float(first.max()), 1.0)  # a real distribution, not a near-greedy one

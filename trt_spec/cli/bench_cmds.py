@@ -1,0 +1,145 @@
+"""``bench``: speculative vs plain decoding vs Hugging Face assisted generation."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from trt_spec.cli.generate_cmds import load_twin, local_spec, mode_options
+from trt_spec.spec import MAX_DRAFT_TOKENS
+
+
+@click.command()
+@mode_options
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON (progress stays on stderr).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Write speedup and tokens per target call against K to this PNG.")
+@click.option("-k", "--num-draft-tokens", "ks", type=click.IntRange(1, MAX_DRAFT_TOKENS), multiple=True,
+              help="K values to measure (repeatable); default 1 2 3 4 6 8.")
+@click.option("--temperature", "temperatures", type=click.FloatRange(min=0), multiple=True,
+              help="Temperatures to measure (repeatable); default 0 and 1.")
+@click.option("--prompts", "num_prompts", type=click.IntRange(min=1), default=None,
+              help="How many packaged prompts to use; default 8.")
+@click.option("--max-tokens", type=click.IntRange(min=2), default=None, help="New tokens per request; default 96.")
+@click.option("--repeats", type=click.IntRange(min=1), default=None,
+              help="Rounds over the prompts (more rounds, steadier means). Default 1.")
+@click.option("--quick", is_flag=True, help="3 prompts, K 2 and 4, one run each: a smoke test in ~30 s.")
+@click.option("--no-hf", is_flag=True, help="Skip Hugging Face assisted generation.")
+@click.option("--no-adaptive", is_flag=True, help="Skip the adaptive-K runs.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="torch CPU threads (default: torch's choice); 1 is steadiest on a shared machine.")
+@click.option("--profile", is_flag=True,
+              help="Instead: where one iteration's time goes, for each K (default: the spec's) and temperature.")
+def bench(url, local, spec_path, device, runner, as_json, plot_path, ks, temperatures, num_prompts, max_tokens,
+          repeats, quick, no_hf, no_adaptive, threads, profile) -> None:
+    """Measure tokens/s, acceptance and tokens per target call against plain decoding.
+
+    Prompts are Python sources held out of the demo pair's training (packaged with trt-spec).
+    Prints a table, the cost-model bound, and the K that Leviathan et al.'s Theorem 3.8
+    recommends for the measured acceptance and draft/target cost ratio.
+
+    \b
+    Example:
+      trt-spec bench --local --spec demo.yaml --plot bench.png
+    """
+    import dataclasses
+
+    import torch
+
+    from trt_spec.bench import BenchConfig, profile_iterations, run_local_bench, write_plot
+
+    spec = local_spec(url, local, spec_path)
+    if plot_path:
+        try:
+            import matplotlib  # noqa: F401  (fail now, not after minutes of measuring)
+        except ImportError:
+            raise click.UsageError("--plot needs matplotlib: pip install 'trt-spec[bench]'") from None
+    if threads:
+        torch.set_num_threads(threads)
+    config = BenchConfig.quick() if quick else BenchConfig()
+    overrides = {
+        "ks": tuple(sorted(set(ks))) or None,
+        "temperatures": tuple(temperatures) or None,
+        "num_prompts": num_prompts,
+        "max_new_tokens": max_tokens,
+        "repeats": repeats,
+    }
+    config = dataclasses.replace(
+        config,
+        **{key: value for key, value in overrides.items() if value is not None},
+        hf_assisted=not no_hf,
+        adaptive=not no_adaptive,
+    )
+    pair = load_twin(spec, device, runner)
+    if profile:
+        for temperature in config.temperatures:
+            for k in (ks or (spec.num_draft_tokens,)):
+                result = profile_iterations(pair, k, temperature, num_prompts=min(config.num_prompts, 4),
+                                            prompt_tokens=config.prompt_tokens, max_new_tokens=config.max_new_tokens)
+                click.echo(format_profile(result))
+        return
+    report = run_local_bench(pair, config, progress=lambda line: click.echo(line, err=True))
+    if plot_path:
+        write_plot(report, plot_path)
+        click.echo(f"wrote {plot_path}", err=True)
+    if as_json:
+        click.echo(json.dumps(report.rows, indent=1))
+        click.echo(format_recommendations(report), err=True)
+    else:
+        click.echo(format_table(report))
+        click.echo(format_recommendations(report))
+
+
+def format_table(report) -> str:
+    header = (
+        f"{'K':>3} {'T':>4} {'tok/s':>7} {'plain':>7} {'speedup':>7} {'bound':>6} {'HF asst':>7} "
+        f"{'acc.rate':>8} {'alpha':>6} {'tok/call':>8} {'theory':>6}"
+    )
+    lines = [header]
+    for row in report.rows:
+        k = f"{row['k']}a" if row["adaptive"] else str(row["k"])
+        lines.append(
+            f"{k:>3} {row['temperature']:>4g} {row['tokens_per_s']:>7.1f} {row['baseline_tokens_per_s']:>7.1f} "
+            f"{row['speedup']:>7.3f} {_number(row['cost_model_speedup'], 6, 3)} "
+            f"{_number(row['hf_assisted_tokens_per_s'], 7, 1)} {row['acceptance_rate']:>8.3f} {row['alpha']:>6.3f} "
+            f"{row['tokens_per_target_call']:>8.2f} {_number(row['theoretical_tokens_per_target_call'], 6, 2)}"
+        )
+    times = report.step_times
+    lines += [
+        "",
+        f"K = 'Na': adaptive K up to N. bound: the cost model E * t_1 / (K t_d + t_(K+1)), "
+        f"t_1 {times.target_1 * 1e3:.2f} ms, t_d {times.draft_1 * 1e3:.2f} ms, t_(K+1) "
+        + " ".join(f"{n}:{t * 1e3:.2f}" for n, t in sorted(times.target_by_num_tokens.items()))
+        + f" ms; {report.runner} runner, {report.threads} threads, {report.seconds:.0f} s",
+    ]
+    return "\n".join(lines)
+
+
+def format_recommendations(report) -> str:
+    lines = []
+    for rec in report.recommendations:
+        lines.append(
+            f"T={rec.temperature:g}: alpha {rec.alpha:.3f}, c = t_d/t_1 {rec.cost_ratio:.3f} -> recommended K = "
+            f"{rec.num_draft_tokens} (Leviathan et al. Thm 3.8, expected {rec.expected_speedup:.2f}x if "
+            f"t_(K+1) = t_1); with t_(K+1) as measured the cost model prefers K = {rec.cost_model_k}; "
+            f"fastest measured K = {rec.best_measured_k}"
+        )
+    return "\n".join(lines)
+
+
+def format_profile(result) -> str:
+    lines = [
+        f"K={result.num_draft_tokens} T={result.temperature:g}: {result.total_ms:.3f} ms per iteration "
+        f"({result.iterations} iterations)"
+    ]
+    for name, milliseconds in result.milliseconds.items():
+        lines.append(f"  {name:<38} {milliseconds:8.3f} ms  {100 * milliseconds / result.total_ms:5.1f}%")
+    return "\n".join(lines)
+
+
+def _number(value, width: int, decimals: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{decimals}f}"
+
+
+commands = [bench]

@@ -1,0 +1,431 @@
+"""The draft -> verify loop, written once against a small protocol.
+
+A :class:`Drafter` proposes draft tokens; a :class:`Verifier` returns the tokens a step emits
+(vocabulary in :mod:`trt_spec.speculative.sampling`). The loop owns everything around them:
+stopping at ``max_new_tokens``, EOS or a stop sequence even inside a draft window, the draft
+length per step (fixed, or adaptive), and the per-request statistics.
+
+That logic is one sans-I/O object, :class:`LoopState`, driven two ways: :class:`Generation`
+iterates it synchronously over an in-process drafter and verifier (the PyTorch twin,
+:mod:`trt_spec.speculative.twin`); the Triton loop model (:mod:`trt_spec.triton.bls`) awaits
+the two engine models instead. Both sides receive the whole committed sequence on every call, as
+TensorRT-LLM's engines do (with KV-cache reuse they recompute only what they have not seen); in
+Triton the verifier is the target engine doing the acceptance itself (``draft_input_ids`` in,
+accepted tokens plus one out).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from trt_spec.errors import GenerationParamsError
+from trt_spec.spec import MAX_DRAFT_TOKENS
+from trt_spec.speculative.sampling import NO_TOP_K, NO_TOP_P, SamplingParams
+
+PLAIN_DECODING = 0  # num_draft_tokens = 0: the target alone, one token per call
+
+
+@dataclass(frozen=True)
+class Draft:
+    """What a drafter proposes for one step.
+
+    ``tokens`` ``[k]``; ``probs`` ``[k, V]`` the processed distributions they were drawn from
+    (``None`` when greedy); ``logits`` ``[k, V]`` the raw logits, for verifiers that process them
+    themselves (TensorRT-LLM's ``draft_logits``), else ``None``.
+    """
+
+    tokens: list[int]
+    probs: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+
+
+NO_DRAFT = Draft(tokens=[])
+
+
+class Drafter(Protocol):
+    def propose(
+        self,
+        sequence: Sequence[int],
+        num_draft_tokens: int,
+        sampling: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> Draft:
+        """Up to ``num_draft_tokens`` (>= 1) tokens continuing ``sequence``."""
+
+
+class Verifier(Protocol):
+    def verify(
+        self,
+        sequence: Sequence[int],
+        draft: Draft,
+        sampling: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> list[int]:
+        """One target call: the accepted prefix of ``draft.tokens``, then one recovered or bonus
+        token (1..k+1 tokens). An empty draft is plain decoding: one token from the target."""
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """One request's parameters.
+
+    ``num_draft_tokens`` is K (0 = plain target decoding); with ``adaptive_draft`` it is the
+    largest K the loop may choose. EOS ends generation and is not emitted; a stop sequence ends
+    it and is emitted (as TensorRT-LLM does with ``end_id`` and ``stop_words``).
+
+    Raises:
+        GenerationParamsError: a value out of range.
+    """
+
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_k: int = NO_TOP_K
+    top_p: float = NO_TOP_P
+    num_draft_tokens: int = 4
+    adaptive_draft: bool = False
+    eos_token_ids: frozenset[int] = frozenset()
+    stop_sequences: tuple[tuple[int, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise GenerationParamsError(f"max_new_tokens must be >= 1; got {self.max_new_tokens}")
+        if not PLAIN_DECODING <= self.num_draft_tokens <= MAX_DRAFT_TOKENS:
+            raise GenerationParamsError(
+                f"num_draft_tokens must be in 0..{MAX_DRAFT_TOKENS} (0 = plain target decoding); "
+                f"got {self.num_draft_tokens}"
+            )
+        if self.adaptive_draft and self.num_draft_tokens == PLAIN_DECODING:
+            raise GenerationParamsError("adaptive_draft needs num_draft_tokens >= 1 (its largest K)")
+        if any(len(stop) == 0 for stop in self.stop_sequences):
+            raise GenerationParamsError("a stop sequence is empty")
+        SamplingParams(self.temperature, self.top_k, self.top_p)  # raises on a bad value
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_k, self.top_p)
+
+
+@dataclass
+class RequestStats:
+    """Running totals of one request, complete after every step.
+
+    *drafted* counts proposed tokens, *accepted* the drafts the target kept, *rejections* the steps
+    that ended on a recovered token. ``acceptance_rate`` is TensorRT-LLM's accepted / drafted;
+    ``alpha`` the per-position acceptance accepted / (accepted + rejections), which is what
+    (1 - alpha^(K+1)) / (1 - alpha) expects. Prefill is not a target call.
+    """
+
+    iterations: int = 0
+    target_calls: int = 0
+    emitted_tokens: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    rejections: int = 0
+    drafted_by_position: list[int] = field(default_factory=list)  # [K_max]
+    accepted_by_position: list[int] = field(default_factory=list)  # [K_max]
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def alpha(self) -> float:
+        decided = self.accepted_tokens + self.rejections
+        return self.accepted_tokens / decided if decided else 0.0
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        return self.emitted_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        """Per draft position i: the fraction of steps that proposed draft i and had it accepted
+        (which needs every draft before it accepted too), as vLLM reports it."""
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_by_position, self.drafted_by_position)]
+
+    def record(self, num_drafted: int, num_accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+        self.iterations += 1
+        self.target_calls += 1
+        self.drafted_tokens += num_drafted
+        self.accepted_tokens += num_accepted
+        self.rejections += num_accepted < num_drafted
+        grow = num_drafted - len(self.drafted_by_position)
+        if grow > 0:
+            self.drafted_by_position += [0] * grow
+            self.accepted_by_position += [0] * grow
+        for position in range(num_drafted):
+            self.drafted_by_position[position] += 1
+        for position in range(num_accepted):
+            self.accepted_by_position[position] += 1
+        self.draft_seconds += draft_seconds
+        self.verify_seconds += verify_seconds
+
+
+def expected_tokens_per_call(alpha: float, num_draft_tokens: int) -> float:
+    """(1 - alpha^(K+1)) / (1 - alpha), written as the sum 1 + alpha + ... + alpha^K (no 0/0 at 1)."""
+    return sum(alpha**power for power in range(num_draft_tokens + 1))
+
+
+class AdaptiveDraftLength:
+    """Chooses K each step to maximise expected tokens per second at the running acceptance.
+
+    Tokens per second of K is E(alpha, K) / (K t_d + t_v(K)) (Leviathan et al. 2023, section 3.4),
+    with t_v(K) = t_v0 + K s, since verification cost grows with the positions it scores (little
+    on a GPU, nearly linearly on a CPU). alpha and t_d are exponential moving averages of this
+    request's steps and the line t_v is an exponentially weighted least-squares fit of them, so K
+    follows the local acceptance rate. The first two steps probe the largest K and half of it, so
+    the fit sees two draft lengths. Never chooses 0: without drafts alpha could not be observed.
+    """
+
+    SMOOTHING = 0.9  # weight of the past in the moving averages (~10 steps of memory)
+    PRIOR_DECISIONS = 2.0  # alpha starts as 1 accepted + 1 rejected pseudo-observation
+
+    def __init__(self, max_draft_tokens: int):
+        self.max_draft_tokens = max_draft_tokens
+        self._accepted = self.PRIOR_DECISIONS / 2
+        self._decided = self.PRIOR_DECISIONS
+        self._draft_token_seconds: float | None = None
+        # Decayed sums of 1, k, k^2, t_v, k t_v over steps: the weighted least-squares line.
+        self._weight = self._k = self._k2 = self._verify = self._k_verify = 0.0
+        self._slope = 0.0  # seconds per scored draft position; kept while all steps share one K
+        self._steps = 0
+
+    @property
+    def alpha(self) -> float:
+        return self._accepted / self._decided
+
+    def next_num_draft_tokens(self) -> int:
+        probes = (self.max_draft_tokens, max(1, self.max_draft_tokens // 2))
+        if self._steps < len(probes) or self._draft_token_seconds is None:
+            return probes[min(self._steps, len(probes) - 1)]
+        alpha, t_draft = self.alpha, self._draft_token_seconds
+        intercept = (self._verify - self._slope * self._k) / self._weight
+        return max(
+            range(1, self.max_draft_tokens + 1),
+            key=lambda k: expected_tokens_per_call(alpha, k) / (k * t_draft + intercept + k * self._slope),
+        )
+
+    def update(self, num_drafted: int, num_accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+        decay = self.SMOOTHING
+        self._steps += 1
+        self._accepted = decay * self._accepted + num_accepted
+        self._decided = decay * self._decided + num_accepted + (num_accepted < num_drafted)
+        if num_drafted:
+            per_token = draft_seconds / num_drafted
+            previous = self._draft_token_seconds
+            self._draft_token_seconds = per_token if previous is None else decay * previous + (1 - decay) * per_token
+        k = float(num_drafted)
+        self._weight = decay * self._weight + 1
+        self._k = decay * self._k + k
+        self._k2 = decay * self._k2 + k * k
+        self._verify = decay * self._verify + verify_seconds
+        self._k_verify = decay * self._k_verify + k * verify_seconds
+        spread = self._weight * self._k2 - self._k * self._k
+        if spread > 1e-6 * self._weight * self._weight:  # at least two draft lengths in view
+            self._slope = max(0.0, (self._weight * self._k_verify - self._k * self._verify) / spread)
+
+
+def call_seed(request_seed: int, call_index: int) -> int:
+    """The seed of one engine call of a request: distinct per call, reproducible per request.
+
+    Reusing one seed for every call would correlate the uniforms of successive steps (the same
+    draws decide every step's acceptance), which breaks exactness; hashing (seed, call index)
+    makes the calls' random streams independent. Below 2**63, so any int64 or uint64 takes it.
+    """
+    digest = hashlib.blake2b(f"{request_seed}:{call_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def common_prefix_length(left: Sequence[int], right: Sequence[int]) -> int:
+    """How many leading tokens two sequences share."""
+    length = 0
+    for a, b in zip(left, right):
+        if a != b:
+            break
+        length += 1
+    return length
+
+
+class LoopState:
+    """The loop's logic for one request, without I/O: what to ask for next, what an answer commits.
+
+    A driver repeats: ``k = state.next_num_draft_tokens()``; draft ``k`` tokens continuing
+    ``state.sequence`` (skip when 0); have the target verify them; ``state.commit(...)``; until
+    ``state.finished``. :class:`Generation` drives it synchronously in-process; the Triton loop
+    model (``trt_spec.triton.bls``) drives it with async calls to the engine models.
+
+    The target's answer to ``k`` drafts is taken in TensorRT-LLM's form: the accepted drafts
+    then one *or more* tokens of the target's own (its external-draft-tokens mode returns up to
+    ``request_output_len`` tokens). The number accepted is the longest common prefix of answer
+    and drafts; that is exact also for rejection sampling, since a recovered token never equals
+    the draft it replaces (the residual has no mass there). An answer with no token of its own
+    after the accepted drafts means the target ended the sequence (TensorRT-LLM leaves
+    ``end_id`` out of its output): the request finishes with ``"eos"``.
+
+    Attributes: ``sequence`` (prompt + output, what both models condition on), ``output``,
+    ``stats`` (:class:`RequestStats`), ``finish_reason`` (``"length"``, ``"eos"``, ``"stop"``,
+    or ``None`` while running).
+
+    Raises (constructor):
+        GenerationParamsError: the prompt is empty.
+    """
+
+    def __init__(self, prompt: Sequence[int], params: GenerationParams):
+        if len(prompt) == 0:
+            raise GenerationParamsError("the prompt is empty; speculative decoding continues a prefix")
+        self.prompt = list(prompt)
+        self.params = params
+        self.sequence: list[int] = list(prompt)
+        self.output: list[int] = []
+        self.stats = RequestStats()
+        self.finish_reason: str | None = None
+        self._adaptive = AdaptiveDraftLength(params.num_draft_tokens) if params.adaptive_draft else None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def next_num_draft_tokens(self) -> int:
+        """K for the next step (0 = a plain target call): the fixed or adaptive choice, clamped so
+        that the step (K drafts + 1 target token) never passes ``max_new_tokens``."""
+        wanted = self._adaptive.next_num_draft_tokens() if self._adaptive else self.params.num_draft_tokens
+        return max(0, min(wanted, self.params.max_new_tokens - len(self.output) - 1))
+
+    def commit(
+        self,
+        draft_tokens: Sequence[int],
+        emitted: Sequence[int],
+        draft_seconds: float = 0.0,
+        verify_seconds: float = 0.0,
+    ) -> list[int]:
+        """Take one step's answer: ``emitted`` (the target's tokens) for ``draft_tokens``.
+
+        Records the step's statistics, appends tokens to the output up to the first EOS (not
+        emitted), stop sequence (emitted) or ``max_new_tokens``, and returns the tokens kept.
+
+        Raises:
+            RuntimeError: the request has already finished.
+        """
+        if self.finished:
+            raise RuntimeError(f"the request has finished ({self.finish_reason}); nothing more to commit")
+        draft_tokens, emitted = list(draft_tokens), list(emitted)
+        num_accepted = common_prefix_length(draft_tokens, emitted)
+        self.stats.record(len(draft_tokens), num_accepted, draft_seconds, verify_seconds)
+        if self._adaptive:
+            self._adaptive.update(len(draft_tokens), num_accepted, draft_seconds, verify_seconds)
+
+        params = self.params
+        kept: list[int] = []
+        for token in emitted:
+            if token in params.eos_token_ids:
+                self.finish_reason = "eos"
+                break
+            kept.append(token)
+            self.output.append(token)
+            if _ends_with_stop(self.output, params.stop_sequences):
+                self.finish_reason = "stop"
+                break
+            if len(self.output) == params.max_new_tokens:
+                self.finish_reason = "length"
+                break
+        if self.finish_reason is None and num_accepted == len(emitted):
+            self.finish_reason = "eos"  # the target ended the sequence (see the class docstring)
+        self.sequence += kept
+        self.stats.emitted_tokens += len(kept)
+        return kept
+
+
+class Generation:
+    """One request in flight: iterate it for the tokens each step emits (streaming).
+
+    A synchronous driver of :class:`LoopState` over a :class:`Drafter` and a :class:`Verifier`.
+    After (or during) iteration: ``output`` (all emitted tokens), ``stats`` (:class:`RequestStats`),
+    ``finish_reason`` (``"length"``, ``"eos"`` or ``"stop"``; ``None`` while running).
+    """
+
+    def __init__(
+        self,
+        prompt: Sequence[int],
+        drafter: Drafter | None,
+        verifier: Verifier,
+        params: GenerationParams,
+        generator: torch.Generator | None = None,
+    ):
+        self.state = LoopState(prompt, params)
+        if drafter is None and params.num_draft_tokens != PLAIN_DECODING:
+            raise GenerationParamsError("num_draft_tokens > 0 needs a drafter")
+        self._drafter = drafter
+        self._verifier = verifier
+        self._generator = generator
+        self._steps = self._run()
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.state.prompt
+
+    @property
+    def params(self) -> GenerationParams:
+        return self.state.params
+
+    @property
+    def output(self) -> list[int]:
+        return self.state.output
+
+    @property
+    def stats(self) -> RequestStats:
+        return self.state.stats
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.state.finish_reason
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return self._steps
+
+    def __next__(self) -> list[int]:
+        return next(self._steps)
+
+    def run(self) -> list[int]:
+        """Consume the whole stream; the emitted tokens."""
+        for _ in self._steps:
+            pass
+        return self.output
+
+    def _run(self) -> Iterator[list[int]]:
+        state, sampling = self.state, self.params.sampling
+        while not state.finished:
+            num_draft_tokens = state.next_num_draft_tokens()
+            started = time.perf_counter()
+            if num_draft_tokens > 0:
+                draft = self._drafter.propose(state.sequence, num_draft_tokens, sampling, self._generator)
+            else:
+                draft = NO_DRAFT
+            drafted = time.perf_counter()
+            emitted = self._verifier.verify(state.sequence, draft, sampling, self._generator)
+            verified = time.perf_counter()
+            _check_emitted(draft, emitted)
+            new_tokens = state.commit(draft.tokens, emitted, drafted - started, verified - drafted)
+            if new_tokens:
+                yield new_tokens
+
+
+def _check_emitted(draft: Draft, emitted: list[int]) -> None:
+    """An in-process :class:`Verifier` answers exactly the accepted drafts plus one token."""
+    num_accepted = len(emitted) - 1
+    if not 0 <= num_accepted <= len(draft.tokens) or emitted[:num_accepted] != draft.tokens[:num_accepted]:
+        raise ValueError(
+            f"the verifier must return an accepted prefix of the {len(draft.tokens)} drafts plus one "
+            f"token; drafts {draft.tokens}, got {emitted}"
+        )
+
+
+def _ends_with_stop(output: list[int], stop_sequences: tuple[tuple[int, ...], ...]) -> bool:
+    return any(len(output) >= len(stop) and tuple(output[-len(stop) :]) == stop for stop in stop_sequences)

@@ -1,0 +1,421 @@
+"""The PyTorch twin of a TensorRT-LLM engine: a Hugging Face causal LM with a reused KV cache.
+
+Like TensorRT-LLM with KV-cache reuse, :meth:`TorchCausalLM.logits` takes the whole sequence
+and computes only what its cache does not hold yet. The cache is position-indexed, so rolling back
+rejected drafts is a crop: nothing of the accepted prefix is recomputed. One engine holds the cache
+of one sequence (batch size 1).
+
+Two runners do the forward pass over the model's own weights:
+
+- :class:`LlamaRunner` for Llama-architecture models: a plain forward (fused projections, a
+  preallocated KV cache where a crop is moving an index). On small models much of a Hugging Face
+  forward is framework overhead: on the demo pair on a CPU this runner is about twice as fast.
+- :class:`HFRunner` for any other causal LM: the model's own ``forward`` with transformers'
+  ``DynamicCache`` (cropped with ``DynamicCache.crop``).
+
+Works with transformers 4.57 (NVIDIA's TensorRT-LLM container) and 5.x: the API differences (the
+cache argument's name, ``dtype``) are looked up here, once.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+PREFIX_CHECK_TAIL = 64  # tokens compared one by one; a rejection changes only the last K + 1
+LLAMA_MODEL_TYPES = ("llama",)
+RUNNERS = ("auto", "llama", "hf")  # auto: llama where the model is one, else hf
+_TORCH_VERSION = tuple(int(part) for part in torch.__version__.split(".")[:2])
+_SDPA_HAS_GQA = _TORCH_VERSION >= (2, 5)
+_HAS_FUSED_RMS_NORM = hasattr(F, "rms_norm")
+
+
+class Runner(Protocol):
+    def forward(self, new_tokens: torch.Tensor, start: int, num_logits: int) -> torch.Tensor:
+        """Run ``new_tokens`` ``[1, n]`` at positions start..start+n-1 after a cache holding
+        positions 0..start-1; return the logits ``[num_logits, V]`` of the last positions."""
+
+    def crop(self, length: int) -> None:
+        """Keep only positions 0..length-1 in the cache."""
+
+    def fork(self) -> "Runner":
+        """A runner over the same weights with an empty cache of its own."""
+
+    def copy_prefix(self, other: "Runner", length: int) -> None:
+        """Replace this cache with positions 0..length-1 of ``other``'s (a runner of the same model)."""
+
+
+class TorchCausalLM:
+    """A causal LM scoring one sequence at a time, reusing its KV cache across calls.
+
+    ``runner``: ``"auto"`` (Llama runner for Llama models, else Hugging Face's forward),
+    ``"llama"`` or ``"hf"``.
+
+    Raises (from the constructor):
+        ValueError: an unknown runner, or ``"llama"`` for a model that is not a Llama.
+    Raises (from :meth:`logits`):
+        ValueError: ``num_positions`` outside 1..len(sequence), or a sequence longer than the
+        model's ``max_position_embeddings``.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, runner: str = "auto"):
+        if runner not in RUNNERS:
+            raise ValueError(f"runner must be one of {', '.join(RUNNERS)}; got {runner!r}")
+        self.model = model.eval()
+        self.config = model.config
+        self.device = next(model.parameters()).device
+        text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.vocab_size: int = text_config.vocab_size
+        self.max_length: int | None = getattr(text_config, "max_position_embeddings", None)
+        is_llama = getattr(text_config, "model_type", None) in LLAMA_MODEL_TYPES
+        if runner == "llama" and not is_llama:
+            raise ValueError(f"the llama runner needs a Llama model; this is {text_config.model_type!r}")
+        use_llama = runner == "llama" or (runner == "auto" and is_llama)
+        self.runner_name = "llama" if use_llama else "hf"
+        self.runner: Runner = LlamaRunner(model, self.max_length) if use_llama else HFRunner(model)
+        self._cached_tokens: list[int] = []
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        *,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+        runner: str = "auto",
+    ) -> TorchCausalLM:
+        """Load a checkpoint directory: CUDA in float16 when present, else CPU in float32."""
+        from transformers import AutoModelForCausalLM
+
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        dtype = dtype or (torch.float16 if device.type == "cuda" else torch.float32)
+        with _quiet_loading():
+            model = AutoModelForCausalLM.from_pretrained(str(path), **{_dtype_argument(): dtype})
+        return cls(model.to(device), runner=runner)
+
+    @property
+    def cached_length(self) -> int:
+        return len(self._cached_tokens)
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        """The sequence the cache holds (read-only: do not modify)."""
+        return self._cached_tokens
+
+    def reset(self) -> None:
+        """Forget the cached sequence."""
+        self.runner.crop(0)
+        self._cached_tokens = []
+
+    def fork(self) -> TorchCausalLM:
+        """A second engine over the same model and weights, with an empty KV cache of its own
+        (one per sequence in flight, e.g. one per request a server interleaves)."""
+        twin = copy.copy(self)
+        twin.runner = self.runner.fork()
+        twin._cached_tokens = []
+        return twin
+
+    def copy_prefix_from(self, other: TorchCausalLM, length: int) -> None:
+        """Make this engine's cache hold ``other``'s first ``length`` cached tokens (copied, so
+        both go on independently), as TensorRT-LLM's KV-cache block reuse shares a prefix."""
+        length = min(length, other.cached_length)
+        self.runner.copy_prefix(other.runner, length)
+        self._cached_tokens = other._cached_tokens[:length]
+
+    @torch.inference_mode()
+    def logits(self, sequence: Sequence[int], num_positions: int = 1) -> torch.Tensor:
+        """Logits ``[num_positions, V]`` (float32) at the last ``num_positions`` positions of ``sequence``.
+
+        Row i predicts the token after ``sequence[len(sequence) - num_positions + i]``. Only the
+        tokens past the longest prefix shared with the cache are run through the model (at least
+        ``num_positions`` of them); the cache is cropped to that prefix first.
+        """
+        length = len(sequence)
+        if not 1 <= num_positions <= length:
+            raise ValueError(f"num_positions must be in 1..{length} (the sequence length); got {num_positions}")
+        if self.max_length and length > self.max_length:
+            raise ValueError(f"the sequence has {length} tokens; the model takes at most {self.max_length}")
+
+        reused = min(common_prefix_length(self._cached_tokens, sequence), length - num_positions)
+        if reused < len(self._cached_tokens):
+            self.runner.crop(reused)
+        new_tokens = torch.tensor([sequence[reused:]], dtype=torch.long, device=self.device)  # [1, new]
+        logits = self.runner.forward(new_tokens, reused, num_positions)  # [num_positions, V]
+        self._cached_tokens = list(sequence)
+        return logits.float()
+
+
+def common_prefix_length(cached: Sequence[int], sequence: Sequence[int]) -> int:
+    """Length of the longest common prefix.
+
+    Sequences here usually differ only in their last few tokens (rejected drafts), so the head is
+    compared in one C-level slice comparison and only the tail token by token.
+    """
+    limit = min(len(cached), len(sequence))
+    start = max(0, limit - PREFIX_CHECK_TAIL)
+    if list(cached[:start]) != list(sequence[:start]):
+        start = 0  # a different sequence altogether
+    index = start
+    while index < limit and cached[index] == sequence[index]:
+        index += 1
+    return index
+
+
+class HFRunner:
+    """Any causal LM through its own ``forward``, with a transformers ``DynamicCache``."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        forward_params = inspect.signature(model.forward).parameters
+        # transformers 5 renamed `past_key_values` to `cache`.
+        self._cache_argument = "cache" if "cache" in forward_params else "past_key_values"
+        self._keeps_logits = "logits_to_keep" in forward_params
+        self._cache = None
+        self._length = 0
+
+    def crop(self, length: int) -> None:
+        if length == 0:
+            self._cache = None
+        elif length < self._length:
+            self._cache.crop(length - self._length)  # negative: drop that many (4.57 and 5.x alike)
+        self._length = min(self._length, length)
+
+    def fork(self) -> HFRunner:
+        return HFRunner(self.model)
+
+    def copy_prefix(self, other: HFRunner, length: int) -> None:
+        self._cache = copy.deepcopy(other._cache) if other._cache is not None and length > 0 else None
+        self._length = other._length if self._cache is not None else 0
+        self.crop(length)
+
+    def forward(self, new_tokens: torch.Tensor, start: int, num_logits: int) -> torch.Tensor:
+        if self._cache is None:
+            self._cache = _new_dynamic_cache(self.model)
+        end = start + new_tokens.shape[1]
+        positions = torch.arange(start, end, device=new_tokens.device)[None]  # [1, n]
+        extra = {"logits_to_keep": num_logits} if self._keeps_logits else {}
+        output = self.model(
+            input_ids=new_tokens, position_ids=positions, use_cache=True, **{self._cache_argument: self._cache}, **extra
+        )
+        self._length = end
+        return output.logits[0, -num_logits:]  # [num_logits, V]
+
+
+class LlamaRunner:
+    """A Llama forward over the Hugging Face module's weights, with a preallocated KV cache.
+
+    The same maths as transformers' Llama (RMSNorm, rotary embeddings from the model's own
+    rotary module, scaled-dot-product attention, gated MLP), in as few tensor operations as it
+    takes: on small models each operation's dispatch costs more than its arithmetic. The changes
+    move float32 results only in the last bits: QKV and gate/up projections fused into one matmul
+    each; projections stored input-major (``[in, out]``), for which a CPU BLAS runs ``x @ W`` about
+    twice as fast as ``x @ W.T`` at decoding's row counts; residual adds fused into the matmuls
+    (``addmm``); rotary tables computed once per position. Those weight copies roughly double the
+    weight memory: this is a twin for tests, demos and small models, not a serving runtime.
+    """
+
+    # Rotary types whose frequencies depend on the sequence length: no fixed table.
+    DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
+
+    def __init__(self, model: torch.nn.Module, max_length: int | None):
+        config = model.config
+        decoder = model.model
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.eps = config.rms_norm_eps
+        self.hidden_act = getattr(config, "hidden_act", None)
+        self.rotary = decoder.rotary_emb
+        self.embed = decoder.embed_tokens.weight  # [V, H]
+        self.final_norm = decoder.norm.weight  # [H]
+        self.lm_head = _input_major(model.lm_head.weight)  # [H, V]
+        self.layers = [_LlamaLayer(layer, self) for layer in decoder.layers]
+        self.max_length = max_length
+        self._static_rope = getattr(self.rotary, "rope_type", "default") not in self.DYNAMIC_ROPE_TYPES
+        half = self.head_dim // 2
+        # rotate_half(x) = cat(-x2, x1) = x[..., swap] * sign
+        self._swap_halves = torch.cat([torch.arange(half, self.head_dim), torch.arange(half)]).to(self.embed.device)
+        self._sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(self.embed)
+        # [layers, kv_heads, capacity, head_dim]; grown by doubling as the sequence grows.
+        self._keys = self.embed.new_zeros(len(self.layers), self.num_kv_heads, 0, self.head_dim)
+        self._values = torch.zeros_like(self._keys)
+        self._cos = self._signed_sin = self.embed.new_zeros(0, self.head_dim)  # [capacity, head_dim]
+        self._length = 0
+
+    def crop(self, length: int) -> None:
+        self._length = min(self._length, length)  # positions past it are overwritten later
+
+    def fork(self) -> LlamaRunner:
+        twin = copy.copy(self)  # shares the weights and rotary tables; _reserve replaces, never mutates, them
+        twin._keys = self._keys.new_zeros(*self._keys.shape[:2], 0, self.head_dim)
+        twin._values = torch.zeros_like(twin._keys)
+        twin._cos = twin._signed_sin = self.embed.new_zeros(0, self.head_dim)
+        twin._length = 0
+        return twin
+
+    def copy_prefix(self, other: LlamaRunner, length: int) -> None:
+        length = min(length, other._length)
+        self._length = 0
+        self._reserve(length)
+        self._keys[:, :, :length] = other._keys[:, :, :length]
+        self._values[:, :, :length] = other._values[:, :, :length]
+        self._length = length
+
+    def forward(self, new_tokens: torch.Tensor, start: int, num_logits: int) -> torch.Tensor:
+        num_new = new_tokens.shape[1]
+        end = start + num_new
+        self._reserve(end)
+        hidden = F.embedding(new_tokens[0], self.embed)  # [n, H]
+        cos, signed_sin = self._rotary_tables(hidden, start, end)  # [n, 1, head_dim]: broadcast over heads
+        # A new token attends to the cache and to the new tokens up to itself.
+        mask = None
+        if num_new > 1:
+            mask = torch.ones(num_new, end, dtype=torch.bool, device=hidden.device).tril(start)  # [n, end]
+        for index, layer in enumerate(self.layers):
+            hidden = layer.forward(hidden, cos, signed_sin, self._keys[index], self._values[index], start, end, mask)
+        self._length = end
+        return _rms_norm(hidden[-num_logits:], self.final_norm, self.eps) @ self.lm_head  # [num_logits, V]
+
+    def rotate(self, heads: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+        """Rotary embedding of ``heads`` ``[n, h, d]``: x cos + rotate_half(x) sin."""
+        return heads * cos + heads[..., self._swap_halves] * signed_sin
+
+    def _rotary_tables(self, hidden: torch.Tensor, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self._static_rope:
+            positions = torch.arange(start, end, device=hidden.device)[None]  # [1, n]
+            cos, sin = self.rotary(hidden[None], positions)  # [1, n, d] each
+            return cos[0, :, None], (sin[0] * self._sign)[:, None]
+        return self._cos[start:end, None], self._signed_sin[start:end, None]
+
+    def _reserve(self, length: int) -> None:
+        capacity = self._keys.shape[2]
+        if length <= capacity:
+            return
+        new_capacity = max(length, 2 * capacity, 64)
+        if self.max_length:
+            new_capacity = max(length, min(new_capacity, self.max_length))
+        shape = list(self._keys.shape)
+        shape[2] = new_capacity
+        keys, values = self._keys.new_zeros(shape), self._values.new_zeros(shape)
+        keys[:, :, : self._length] = self._keys[:, :, : self._length]
+        values[:, :, : self._length] = self._values[:, :, : self._length]
+        self._keys, self._values = keys, values
+        if self._static_rope:
+            positions = torch.arange(new_capacity, device=keys.device)[None]  # [1, capacity]
+            cos, sin = self.rotary(self.embed[None, :1], positions)  # [1, capacity, d] each
+            self._cos, self._signed_sin = cos[0].contiguous(), (sin[0] * self._sign).contiguous()
+
+
+class _LlamaLayer:
+    """One decoder layer's weights, input-major, projections fused: [q k v] and [gate up]."""
+
+    def __init__(self, layer: torch.nn.Module, runner: LlamaRunner):
+        attention, mlp = layer.self_attn, layer.mlp
+        self.runner = runner
+        self.input_norm = layer.input_layernorm.weight
+        self.post_attention_norm = layer.post_attention_layernorm.weight
+        projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+        self.qkv = _input_major(*(p.weight for p in projections))  # [H, (heads + 2 kv_heads) * head_dim]
+        self.qkv_bias = _fused_bias(projections)
+        self.o_proj, self.o_bias = _input_major(attention.o_proj.weight), attention.o_proj.bias  # [heads * d, H]
+        self.gate_up = _input_major(mlp.gate_proj.weight, mlp.up_proj.weight)  # [H, 2 * I]
+        self.gate_up_bias = _fused_bias((mlp.gate_proj, mlp.up_proj))
+        self.down, self.down_bias = _input_major(mlp.down_proj.weight), mlp.down_proj.bias  # [I, H]
+        self.act = F.silu if runner.hidden_act == "silu" else mlp.act_fn  # the module costs a dispatch more
+        self.intermediate_size = mlp.gate_proj.weight.shape[0]
+
+    def forward(self, hidden, cos, signed_sin, keys, values, start: int, end: int, mask):
+        """``hidden`` ``[n, H]`` at positions start..end-1 -> ``[n, H]``; writes the new keys and
+        values into ``keys``/``values`` ``[kv_heads, capacity, d]``."""
+        runner = self.runner
+        num_new, heads, kv_heads = hidden.shape[0], runner.num_heads, runner.num_kv_heads
+
+        normed = _rms_norm(hidden, self.input_norm, runner.eps)  # [n, H]
+        qkv = _project(normed, self.qkv, self.qkv_bias).view(num_new, heads + 2 * kv_heads, runner.head_dim)
+        rotated = runner.rotate(qkv[:, : heads + kv_heads], cos, signed_sin)  # [n, heads + kv_heads, d]
+        keys[:, start:end] = rotated[:, heads:].transpose(0, 1)
+        values[:, start:end] = qkv[:, heads + kv_heads :].transpose(0, 1)
+        query = rotated[:, :heads].transpose(0, 1)[None]  # [1, heads, n, d]
+        attended = _attention(query, keys[None, :, :end], values[None, :, :end], mask)  # [1, heads, n, d]
+        attended = attended[0].transpose(0, 1).reshape(num_new, heads * runner.head_dim)  # [n, heads * d]
+        hidden = _project(attended, self.o_proj, self.o_bias, residual=hidden)
+
+        normed = _rms_norm(hidden, self.post_attention_norm, runner.eps)
+        gate, up = _project(normed, self.gate_up, self.gate_up_bias).split(self.intermediate_size, dim=-1)
+        return _project(self.act(gate) * up, self.down, self.down_bias, residual=hidden)  # [n, H]
+
+
+def _attention(query, keys, values, mask):
+    if _SDPA_HAS_GQA:
+        return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, enable_gqa=True)
+    groups = query.shape[1] // keys.shape[1]
+    keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
+    return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
+
+
+def _rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    if hidden.dtype == torch.float32 and _HAS_FUSED_RMS_NORM:
+        return F.rms_norm(hidden, weight.shape, weight, eps)
+    # As transformers' LlamaRMSNorm: normalise in float32, scale in the model's dtype.
+    as_float = hidden.float()
+    normed = as_float * torch.rsqrt(as_float.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * normed.to(hidden.dtype)
+
+
+def _input_major(*weights: torch.Tensor) -> torch.Tensor:
+    """nn.Linear weights ``[out_i, in]`` -> one ``[in, sum(out_i)]`` matrix, contiguous."""
+    return torch.cat(weights).t().contiguous()
+
+
+def _project(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``residual + hidden @ weight + bias`` (each optional) for an input-major ``weight``."""
+    if residual is None and bias is None:
+        return hidden @ weight
+    addend = residual if bias is None else (bias if residual is None else residual + bias)
+    return torch.addmm(addend, hidden, weight)
+
+
+def _fused_bias(projections) -> torch.Tensor | None:
+    if all(p.bias is None for p in projections):
+        return None
+    return torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in projections])
+
+
+def _new_dynamic_cache(model: torch.nn.Module):
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(config=model.config)
+    except TypeError:  # transformers releases whose DynamicCache takes no config
+        return DynamicCache()
+
+
+def _dtype_argument() -> str:
+    """``from_pretrained`` takes ``dtype`` since transformers 4.56, ``torch_dtype`` before."""
+    import transformers
+
+    major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
+    return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+
+
+@contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """transformers draws a progress bar while loading weights; the library never prints."""
+    from transformers.utils import logging
+
+    bars_were_on = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if bars_were_on:
+            logging.enable_progress_bar()
