@@ -1,6 +1,7 @@
 # trt-spec: every target creates (once) and uses the virtual environment $(VENV).
 #
-#   make demo                          the embedded demo pair end to end on CPU
+#   make demo                          the embedded demo pair end to end on CPU: check, plan,
+#                                      Triton repository, real Triton server, streamed generation
 #   make test                          the test suite (CPU; GPU tests skip)
 #   make plan SPEC=examples/x.yaml     conversion + trtllm-build steps and the memory plan
 #   make build-engines SPEC=...        download -> check -> convert + build (GPU machine)
@@ -34,8 +35,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
-	$(TRT_SPEC) plan --spec examples/pystdlib-demo.yaml
-	$(TRT_SPEC) build --spec examples/pystdlib-demo.yaml --dry-run
+	$(TRT_SPEC) demo
 
 plan: $(STAMP)
 	$(TRT_SPEC) plan --spec $(SPEC)

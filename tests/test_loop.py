@@ -13,6 +13,8 @@ from trt_spec.speculative.loop import (
     Draft,
     Generation,
     GenerationParams,
+    LoopState,
+    call_seed,
     expected_tokens_per_call,
 )
 
@@ -245,3 +247,43 @@ def test_tokens_per_target_call_reach_the_theory_under_iid_acceptance(k, alpha):
     stats = generation.stats
     assert stats.alpha == pytest.approx(alpha, abs=0.01)
     assert stats.tokens_per_target_call == pytest.approx(expected_tokens_per_call(stats.alpha, k), rel=0.01)
+
+
+# --- the sans-I/O state, as the Triton loop model drives it -------------------------------------
+
+
+def test_state_takes_a_target_answer_with_more_than_one_own_token():
+    # TensorRT-LLM returns up to request_output_len tokens: the accepted drafts, then target tokens.
+    state = LoopState(PROMPT, GenerationParams(max_new_tokens=20, num_draft_tokens=4))
+    assert state.next_num_draft_tokens() == 4
+    drafts = [TRUTH[0], TRUTH[1], WRONG, TRUTH[3]]
+    new = state.commit(drafts, TRUTH[:5])  # 2 accepted, then 3 tokens of the target's own
+    assert new == TRUTH[:5] and state.sequence == PROMPT + TRUTH[:5]
+    assert state.stats.accepted_tokens == 2 and state.stats.drafted_tokens == 4 and state.stats.rejections == 1
+    assert state.stats.target_calls == 1 and not state.finished
+
+
+def test_state_clamps_k_and_stops_inside_the_answer():
+    state = LoopState(PROMPT, GenerationParams(max_new_tokens=3, num_draft_tokens=4, eos_token_ids=frozenset({EOS})))
+    assert state.next_num_draft_tokens() == 2  # 2 drafts + 1 target token = the whole budget
+    assert state.commit(TRUTH[:2], TRUTH[:2] + [EOS]) == TRUTH[:2]
+    assert state.finish_reason == "eos" and state.output == TRUTH[:2]
+    with pytest.raises(RuntimeError, match="finished"):
+        state.commit([], [1])
+
+
+def test_state_plain_step_and_an_answer_with_no_own_token():
+    state = LoopState(PROMPT, GenerationParams(max_new_tokens=10, num_draft_tokens=0))
+    assert state.next_num_draft_tokens() == 0
+    assert state.commit([], [TRUTH[0]]) == [TRUTH[0]] and state.stats.drafted_tokens == 0
+    # Only accepted drafts and nothing of its own: the target ended the sequence (end_id left out).
+    state = LoopState(PROMPT, GenerationParams(max_new_tokens=10, num_draft_tokens=2))
+    assert state.commit(TRUTH[:2], TRUTH[:2]) == TRUTH[:2]
+    assert state.finish_reason == "eos" and state.stats.accepted_tokens == 2
+
+
+def test_call_seeds_are_distinct_and_reproducible():
+    seeds = [call_seed(7, index) for index in range(1000)]
+    assert len(set(seeds)) == 1000 and all(0 <= seed < 2**63 for seed in seeds)
+    assert seeds == [call_seed(7, index) for index in range(1000)]
+    assert call_seed(8, 0) != call_seed(7, 0)

@@ -42,22 +42,25 @@ def test_every_written_config_parses_back(demo_spec, tmp_path, flavor):
         config = text_format.Parse((tmp_path / "repo" / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
         assert config.name == name
         assert config.max_batch_size == demo_spec.engine.max_batch_size
-    assert result.pending  # the loop model's source arrives with part B, and the result says so
-    assert T.LOOP in result.pending and not result.complete
-    assert any("not servable yet" in note for note in result.notes)
+    assert result.complete and not result.pending  # every python model has its source
+    assert sorted(result.models) == sorted(T.MODEL_NAMES)
+    for name in written:  # Triton loads only the versions it finds, an ensemble's included
+        assert (tmp_path / "repo" / name / "1").is_dir()
+    python_models = {T.PREPROCESSING, T.LOOP, T.POSTPROCESSING} | ({T.TARGET, T.DRAFT} if flavor == "torch" else set())
+    assert {name for name in written if (tmp_path / "repo" / name / "1" / "model.py").is_file()} == python_models
 
 
 def test_ensemble_matches_the_design_contract(demo_spec):
     config = configs.ensemble_config(configs.settings_from_plan(make_plan(demo_spec)))
     inputs = {i.name: i for i in config.input}
     assert list(inputs) == ["text_input", "max_tokens", "temperature", "top_k", "top_p", "num_draft_tokens",
-                            "stream", "stop_words", "seed"]
+                            "stream", "stop_words", "seed", "adaptive_draft"]
     assert not inputs["text_input"].optional and not inputs["max_tokens"].optional
     assert all(inputs[name].optional for name in list(inputs)[2:])
     assert inputs["seed"].data_type == model_config_pb2.TYPE_UINT64
     assert inputs["text_input"].data_type == model_config_pb2.TYPE_STRING and list(inputs["text_input"].dims) == [1]
     assert [o.name for o in config.output] == ["text_output", "total_draft_tokens", "total_accepted_draft_tokens",
-                                               "acceptance_rate", "num_target_calls"]
+                                               "acceptance_rate", "num_target_calls", "num_output_tokens"]
     steps = config.ensemble_scheduling.step
     assert [s.model_name for s in steps] == [T.PREPROCESSING, T.LOOP, T.POSTPROCESSING]
     # Every tensor a step consumes is an ensemble input or produced by an earlier step.
@@ -215,13 +218,17 @@ def test_writer_never_replaces_a_foreign_directory(demo_spec, tmp_path):
 
 def test_repository_is_relocatable(demo_spec, tmp_path):
     write_repository(demo_spec, tmp_path / "repo", "tensorrtllm")
-    for name in (T.PREPROCESSING, T.POSTPROCESSING):
+    for name in (T.PREPROCESSING, T.LOOP, T.POSTPROCESSING):
         version = tmp_path / "repo" / name / "1"
         assert (version / "model.py").is_file()
-        assert (version / "trt_spec_tensors.py").read_text() == Path(T.__file__).read_text()
-        assert (version / "tokenizer" / "tokenizer.json").is_file()
-        params = _params(configs.read_config(tmp_path / "repo" / name / "config.pbtxt"))
-        assert not Path(params["tokenizer_dir"]).is_absolute()
+        # The trt_spec code the model imports travels with it: the code that wrote the repository.
+        assert (version / "trt_spec" / "triton" / "tensors.py").read_text() == Path(T.__file__).read_text()
+        assert (version / "trt_spec" / "speculative" / "loop.py").is_file()
+        assert not (version / "trt_spec" / "cli").exists() and not list(version.rglob("__pycache__"))
+        if name != T.LOOP:
+            assert (version / "tokenizer" / "tokenizer.json").is_file()
+            params = _params(configs.read_config(tmp_path / "repo" / name / "config.pbtxt"))
+            assert not Path(params["tokenizer_dir"]).is_absolute()
 
 
 def test_bad_config_fails_when_generated_not_when_loaded():

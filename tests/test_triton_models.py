@@ -51,6 +51,9 @@ class _FakeRequest:
     def __init__(self, **inputs):
         self.inputs = {name: _FakeTensor(name, value) for name, value in inputs.items()}
 
+    def is_cancelled(self):
+        return False
+
 
 @pytest.fixture(scope="module")
 def pb_utils():

@@ -130,3 +130,11 @@ class EngineMismatchError(TrtSpecError, ValueError):
 class RepositoryError(TrtSpecError, ValueError):
     """A Triton model repository cannot be generated (e.g. a config does not validate, or the
     tokenizer files are missing)."""
+
+
+class ServerUnreachable(TrtSpecError, ConnectionError):
+    """No Triton server answers at the given address."""
+
+
+class GenerationError(TrtSpecError, RuntimeError):
+    """The server refused or failed a generation request; the message is the server's one line."""

@@ -46,14 +46,28 @@ def main() -> None:
       trt-spec init -o spec.yaml          # write an annotated spec, then edit it
       trt-spec plan --spec spec.yaml      # exact conversion + trtllm-build steps, memory plan
       trt-spec build --spec spec.yaml     # compile both engines (GPU machine)
+      trt-spec repo --spec spec.yaml      # the Triton model repository
+      trt-spec serve --repo model_repo    # run Triton on it
+
+    \b
+    On CPU, end to end with the embedded demo pair:
+      trt-spec demo
     """
 
 
 def _register() -> None:
     # One module per topic; each exposes `commands`, a list of click commands.
-    from trt_spec.cli import bench_cmds, build_cmds, checkpoint_cmds, generate_cmds, serve_cmds, spec_cmds
+    from trt_spec.cli import (
+        bench_cmds,
+        build_cmds,
+        checkpoint_cmds,
+        demo_cmds,
+        generate_cmds,
+        serve_cmds,
+        spec_cmds,
+    )
 
-    for module in (spec_cmds, checkpoint_cmds, build_cmds, serve_cmds, generate_cmds, bench_cmds):
+    for module in (spec_cmds, checkpoint_cmds, build_cmds, serve_cmds, generate_cmds, bench_cmds, demo_cmds):
         for command in module.commands:
             main.add_command(command)
 

@@ -1,4 +1,5 @@
-"""``bench``: speculative vs plain decoding vs Hugging Face assisted generation."""
+"""``bench``: speculative vs plain decoding, in-process (vs Hugging Face assisted generation too) or
+through a Triton server (time to first token, inter-token latency, concurrency)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 import click
 
-from trt_spec.cli.generate_cmds import load_twin, local_spec, mode_options
+from trt_spec.cli.generate_cmds import choose_mode, load_twin, mode_options
 from trt_spec.spec import MAX_DRAFT_TOKENS
 
 
@@ -31,17 +32,26 @@ from trt_spec.spec import MAX_DRAFT_TOKENS
               help="torch CPU threads (default: torch's choice); 1 is steadiest on a shared machine.")
 @click.option("--profile", is_flag=True,
               help="Instead: where one iteration's time goes, for each K (default: the spec's) and temperature.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
+              help="--url: requests in flight in the second run (the first is one at a time).")
+@click.option("--metrics-url", default=None, metavar="URL",
+              help="--url: the server's Prometheus endpoint (default http://HOST:8002/metrics) for alpha and "
+                   "the loop's time per iteration.")
 def bench(url, local, spec_path, device, runner, as_json, plot_path, ks, temperatures, num_prompts, max_tokens,
-          repeats, quick, no_hf, no_adaptive, threads, profile) -> None:
+          repeats, quick, no_hf, no_adaptive, threads, profile, concurrency, metrics_url) -> None:
     """Measure tokens/s, acceptance and tokens per target call against plain decoding.
 
     Prompts are Python sources held out of the demo pair's training (packaged with trt-spec).
-    Prints a table, the cost-model bound, and the K that Leviathan et al.'s Theorem 3.8
-    recommends for the measured acceptance and draft/target cost ratio.
+    In-process (--local): a table, the cost-model bound, and the K that Leviathan et al.'s
+    Theorem 3.8 recommends. Through a server (--url): speculative vs num_draft_tokens 0 on the
+    same server at concurrency 1 and N, with time to first token and inter-token latency; with
+    --spec as well, the in-process loop runs the same prompts for comparison.
 
     \b
-    Example:
+    Examples:
       trt-spec bench --local --spec demo.yaml --plot bench.png
+      trt-spec bench --url 127.0.0.1:8001 --concurrency 8 --json
+      trt-spec bench --url 127.0.0.1:8001 --spec examples/pystdlib-demo.yaml   # + in-process
     """
     import dataclasses
 
@@ -49,7 +59,7 @@ def bench(url, local, spec_path, device, runner, as_json, plot_path, ks, tempera
 
     from trt_spec.bench import BenchConfig, profile_iterations, run_local_bench, write_plot
 
-    spec = local_spec(url, local, spec_path)
+    url, spec = choose_mode(url, local, spec_path, spec_with_url=True)
     if plot_path:
         try:
             import matplotlib  # noqa: F401  (fail now, not after minutes of measuring)
@@ -57,6 +67,12 @@ def bench(url, local, spec_path, device, runner, as_json, plot_path, ks, tempera
             raise click.UsageError("--plot needs matplotlib: pip install 'trt-spec[bench]'") from None
     if threads:
         torch.set_num_threads(threads)
+    if url is not None:
+        if profile or quick or repeats or no_hf or no_adaptive:
+            raise click.UsageError("--profile, --quick, --repeats, --no-hf and --no-adaptive are for --local runs")
+        _bench_server(url, spec, device, runner, as_json, plot_path, ks, temperatures, num_prompts, max_tokens,
+                      concurrency, metrics_url)
+        return
     config = BenchConfig.quick() if quick else BenchConfig()
     overrides = {
         "ks": tuple(sorted(set(ks))) or None,
@@ -89,6 +105,49 @@ def bench(url, local, spec_path, device, runner, as_json, plot_path, ks, tempera
     else:
         click.echo(format_table(report))
         click.echo(format_recommendations(report))
+
+
+def _bench_server(url, spec, device, runner, as_json, plot_path, ks, temperatures, num_prompts, max_tokens,
+                  concurrency, metrics_url) -> None:
+    from trt_spec.triton.bench import ServerBenchConfig, run_server_bench, write_server_plot
+
+    config = ServerBenchConfig(
+        ks=tuple(sorted(set(ks))) or None,
+        temperatures=tuple(temperatures) or (0.0,),
+        concurrency=concurrency,
+        num_prompts=num_prompts or ServerBenchConfig.num_prompts,
+        max_new_tokens=max_tokens or ServerBenchConfig.max_new_tokens,
+    )
+    host = url.rsplit(":", 1)[0]
+    pair = load_twin(spec, device, runner) if spec is not None else None
+    report = run_server_bench(url, config, metrics_url=metrics_url or f"http://{host}:8002/metrics", pair=pair,
+                              progress=lambda line: click.echo(line, err=True))
+    for note in report["notes"]:
+        click.echo(f"note: {note}", err=True)
+    if plot_path:
+        write_server_plot(report["rows"], plot_path)
+        click.echo(f"wrote {plot_path}", err=True)
+    if as_json:
+        click.echo(json.dumps(report["rows"], indent=1))
+    else:
+        click.echo(format_server_table(report["rows"]))
+
+
+def format_server_table(rows) -> str:
+    header = (f"{'K':>3} {'T':>4} {'conc':>4} {'tok/s':>7} {'plain':>7} {'speedup':>7} {'acc.rate':>8} {'alpha':>6} "
+              f"{'tok/call':>8} {'TTFT ms':>8} {'ITL ms':>7} {'in-proc':>7} {'ratio':>6} {'ovh ms':>6}")
+    lines = [header]
+    for row in rows:
+        lines.append(
+            f"{row['k']:>3} {row['temperature']:>4g} {row['concurrency']:>4} {row['tokens_per_s']:>7.1f} "
+            f"{row['baseline_tokens_per_s']:>7.1f} {_number(row['speedup'], 7, 3)} {row['acceptance_rate']:>8.3f} "
+            f"{_number(row['alpha'], 6, 3)} {row['tokens_per_target_call']:>8.2f} {_number(row['ttft_ms'], 8, 1)} "
+            f"{_number(row['itl_ms'], 7, 2)} {_number(row.get('inprocess_tokens_per_s'), 7, 1)} "
+            f"{_number(row.get('server_vs_inprocess'), 6, 3)} {_number(row.get('loop_overhead_ms_per_iteration'), 6, 2)}"
+        )
+    lines += ["", "plain: the same server with num_draft_tokens 0; in-proc: the in-process loop on the same prompts "
+                  "(--spec); ovh ms: the loop model's time per iteration outside the engine models (metrics)."]
+    return "\n".join(lines)
 
 
 def format_table(report) -> str:

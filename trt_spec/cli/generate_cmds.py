@@ -1,8 +1,8 @@
 """``generate``: stream one completion through the speculative loop.
 
-Two ways to run, chosen once for ``generate`` and ``bench``: ``--local --spec F`` runs the loop
-in-process on the spec's Hugging Face checkpoints (the PyTorch twin); ``--url HOST:PORT`` talks to
-a Triton server (not available yet).
+Two ways to run, chosen once for ``generate`` and ``bench``: ``--url HOST:PORT`` (the default,
+127.0.0.1:8001) talks to a Triton server running the repository over gRPC; ``--local --spec F``
+runs the loop in-process on the spec's Hugging Face checkpoints (the PyTorch twin).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import click
 
 from trt_spec.cli.common import read_spec
 from trt_spec.spec import MAX_DRAFT_TOKENS, Spec
+from trt_spec.triton.client import DEFAULT_URL
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -22,7 +23,7 @@ def mode_options(command):
     """``--url`` | ``--local --spec F`` and the engine options of the local mode."""
     options = [
         click.option("--url", metavar="HOST:PORT", default=None,
-                     help="A Triton server running the deployment (not available yet)."),
+                     help=f"A Triton server running the repository (gRPC); the default, at {DEFAULT_URL}."),
         click.option("--local", is_flag=True,
                      help="Run in-process on the spec's checkpoints (the PyTorch twin)."),
         click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default=None,
@@ -38,17 +39,26 @@ def mode_options(command):
     return command
 
 
-def local_spec(url: str | None, local: bool, spec_path: str | None) -> Spec:
-    """The spec of a ``--local`` run; fails early, naming the alternative, for anything else."""
+def choose_mode(url: str | None, local: bool, spec_path: str | None, *, spec_with_url: bool = False) -> tuple[str | None, Spec | None]:
+    """(url, None) for a server run, (None, spec) for ``--local``; fails early, naming the
+    alternative. ``spec_with_url``: the command also takes ``--spec`` beside ``--url``."""
     if url and local:
         raise click.UsageError("--url and --local are alternatives; pass one of them")
-    if not local:
-        raise click.UsageError(
-            "--url (a Triton server) is not available yet; run in-process with --local --spec FILE"
-        )
-    if spec_path is None:
-        raise click.UsageError("--local needs --spec FILE (the deployment spec naming both checkpoints)")
-    return read_spec(spec_path)
+    if local:
+        if spec_path is None:
+            raise click.UsageError("--local needs --spec FILE (the deployment spec naming both checkpoints)")
+        return None, read_spec(spec_path)
+    if spec_path is not None and not spec_with_url:
+        raise click.UsageError("--spec is for in-process runs: pass --local --spec FILE, or --url HOST:PORT alone")
+    return url or DEFAULT_URL, read_spec(spec_path) if spec_path else None
+
+
+def local_spec(url: str | None, local: bool, spec_path: str | None) -> Spec:
+    """The spec of a ``--local`` run (kept for callers that only run in-process)."""
+    url, spec = choose_mode(url, local, spec_path)
+    if spec is None:
+        raise click.UsageError("this needs --local --spec FILE")
+    return spec
 
 
 def load_twin(spec: Spec, device: str, runner: str):
@@ -66,10 +76,11 @@ def load_twin(spec: Spec, device: str, runner: str):
 @click.option("--top-k", type=int, default=0, show_default=True, help="0 = the whole vocabulary.")
 @click.option("--top-p", type=float, default=1.0, show_default=True, help="1 = the whole vocabulary.")
 @click.option("-k", "--num-draft-tokens", type=click.IntRange(0, MAX_DRAFT_TOKENS), default=None,
-              help="K, draft tokens per step; default: the spec's; 0 = plain target decoding.")
-@click.option("--adaptive/--fixed", default=True, show_default=True,
+              help="K, draft tokens per step; default: the spec's (the server's); 0 = plain target decoding.")
+@click.option("--adaptive/--fixed", default=None,
               help="Choose K each step from the running acceptance and step times, up to K "
-                   "(`trt-spec bench` measures both); --fixed drafts K every step.")
+                   "(`trt-spec bench` measures both); --fixed drafts K every step. Default: adaptive "
+                   "with --local, the repository's default with --url.")
 @click.option("--seed", type=int, default=None, help="Seed the sampling (temperature > 0).")
 @click.option("--stop", "stop_texts", multiple=True, metavar="TEXT",
               help="Stop after this text (tokenized; repeatable).")
@@ -77,19 +88,59 @@ def generate(prompt, url, local, spec_path, device, runner, max_tokens, temperat
              num_draft_tokens, adaptive, seed, stop_texts) -> None:
     """Stream a completion of PROMPT ('-' reads stdin) to stdout; acceptance stats to stderr.
 
-    With --local, verification is exact whatever the spec's `acceptance`: greedy at temperature
-    0, rejection sampling above it.
+    Verification is exact whatever the spec's `acceptance`: greedy at temperature 0; above it,
+    rejection sampling with the draft's distributions (in-process; on a server whose
+    acceptance is `probabilistic`), else token matching.
 
     \b
-    Example:
+    Examples:
+      trt-spec generate --url 127.0.0.1:8001 --max-tokens 64 "def read_config(path):"
       trt-spec generate --local --spec demo.yaml --max-tokens 64 "def read_config(path):"
     """
+    url, spec = choose_mode(url, local, spec_path)
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    if url is not None:
+        _generate_remote(url, prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                         num_draft_tokens=num_draft_tokens, adaptive_draft=adaptive, seed=seed,
+                         stop_words=list(stop_texts))
+        return
+    _generate_local(spec, device, runner, prompt, max_tokens, temperature, top_k, top_p, num_draft_tokens,
+                    True if adaptive is None else adaptive, seed, stop_texts)
+
+
+def _generate_remote(url: str, prompt: str, **options) -> None:
+    from trt_spec.triton.client import SpecClient
+
+    started = time.perf_counter()
+    last = None
+    with SpecClient(url) as client:
+        for event in client.generate(prompt, **options):
+            click.echo(event.text, nl=False)
+            sys.stdout.flush()
+            last = event
+    click.echo()
+    sys.stdout.flush()
+    seconds = time.perf_counter() - started
+    if last is not None:
+        click.echo(format_remote_stats(last, seconds), err=True)
+
+
+def format_remote_stats(event, seconds: float) -> str:
+    calls = max(event.num_target_calls, 1)
+    return (
+        f"{event.num_output_tokens} tokens in {seconds:.2f} s ({event.num_output_tokens / max(seconds, 1e-9):.1f} tokens/s); "
+        f"{event.num_target_calls} target calls ({event.num_output_tokens / calls:.2f} tokens each), drafted "
+        f"{event.total_draft_tokens}, accepted {event.total_accepted_draft_tokens} "
+        f"(acceptance_rate {event.acceptance_rate:.3f})"
+    )
+
+
+def _generate_local(spec, device, runner, prompt, max_tokens, temperature, top_k, top_p, num_draft_tokens,
+                    adaptive, seed, stop_texts) -> None:
     from trt_spec.speculative.loop import GenerationParams
     from trt_spec.text import IncrementalDetokenizer
 
-    spec = local_spec(url, local, spec_path)
-    if prompt == "-":
-        prompt = sys.stdin.read()
     pair = load_twin(spec, device, runner)
     k = spec.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
     params = GenerationParams(

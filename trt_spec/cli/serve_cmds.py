@@ -1,4 +1,5 @@
-"""``serve``: run Triton on a model repository in the foreground until SIGTERM or Ctrl-C."""
+"""``repo`` writes the Triton model repository; ``serve`` runs Triton on it in the foreground until
+SIGTERM or Ctrl-C."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import sys
 
 import click
 
+from trt_spec.cli.common import read_spec, spec_option
 from trt_spec.errors import ServerError
+from trt_spec.triton.configs import FLAVORS
 from trt_spec.triton.server import DEFAULT_PORTS, TritonServer
 
 
@@ -62,4 +65,42 @@ def serve(repo: str, host: str, grpc_port: int, http_port: int, metrics_port: in
     click.echo("stopped", err=True)
 
 
-commands = [serve]
+@click.command()
+@spec_option
+@click.option("--flavor", type=click.Choice(FLAVORS), default=None,
+              help="tensorrtllm: TensorRT-LLM engines (GPU); torch: the PyTorch twin of the engines (CPU or GPU). "
+                   "Default: the spec's triton.flavor.")
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Where to write the repository (default: the spec's paths.model_repo).")
+@click.option("--engines-mount", default=None, metavar="PATH",
+              help="The spec's paths.engines as the serving machine sees it (e.g. a container mount point).")
+@click.option("--adaptive-draft/--fixed-draft", default=False, show_default=True,
+              help="The loop's default for requests that do not send adaptive_draft: choose K each step, up to "
+                   "num_draft_tokens.")
+@click.option("--torch-threads", type=click.IntRange(min=0), default=1, show_default=True,
+              help="torch flavor: intra-op threads per engine model (0 = torch's default).")
+def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_threads) -> None:
+    """Write the Triton model repository: preprocessing -> tensorrt_llm_bls (the draft -> verify
+    loop) -> postprocessing as `ensemble`, and the engine models tensorrt_llm and tensorrt_llm_draft.
+
+    With engines built (tensorrtllm flavor) they are checked against the spec first; a mismatch
+    is refused. The repository carries its tokenizer and the trt_spec code its python models
+    import, so it can be moved (the serving Python needs numpy < 2, torch, transformers,
+    pydantic and pyyaml).
+
+    \b
+    Examples:
+      trt-spec repo --spec examples/pystdlib-demo.yaml --flavor torch -o model_repo
+      trt-spec repo --spec examples/llama8b-1b-h200.yaml --engines-mount /engines
+    """
+    from trt_spec.triton.repository import write_repository
+
+    result = write_repository(read_spec(spec_path), out_dir, flavor, engines_mount=engines_mount,
+                              adaptive_draft=adaptive_draft, torch_threads=torch_threads)
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    click.echo(f"wrote {result.path} ({result.flavor} flavor): {', '.join(result.models)}")
+    click.echo(f"next: trt-spec serve --repo {result.path}")
+
+
+commands = [repo, serve]

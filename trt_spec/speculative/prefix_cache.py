@@ -11,7 +11,7 @@ Which cache a call gets:
 
 1. the one sharing the longest prefix, in place, when what it holds beyond that prefix is at most
    ``max_divergence`` tokens: the same request one step later (its rejected drafts are cropped);
-2. otherwise a fresh cache (while fewer than ``capacity`` exist), or the least recently used one,
+2. otherwise an empty cache, a fresh one (while fewer than ``capacity`` exist), or the least recently used one,
    first given a copy of the longest shared prefix, so a new request never destroys the cache of
    one still running, yet starts from any prompt prefix already computed.
 """
@@ -57,8 +57,11 @@ class PrefixCachePool:
         best_index = max(range(len(self._engines) - 1, -1, -1), key=shared.__getitem__)
         best, best_shared = self._engines[best_index], shared[best_index]
         self.reused_tokens += best_shared
+        empty = next((engine for engine in self._engines if engine.cached_length == 0), None)
         if best_shared > 0 and best.cached_length - best_shared <= self.max_divergence:
             chosen = best
+        elif empty is not None and best_shared == 0:
+            chosen = empty
         elif len(self._engines) < self.capacity:
             chosen = self._base.fork()
             self._engines.append(chosen)

@@ -114,6 +114,7 @@ class TorchCausalLM:
         self.runner.crop(0)
         self._cached_tokens = []
 
+    @torch.inference_mode()
     def fork(self) -> TorchCausalLM:
         """A second engine over the same model and weights, with an empty KV cache of its own
         (one per sequence in flight, e.g. one per request a server interleaves)."""
@@ -122,6 +123,7 @@ class TorchCausalLM:
         twin._cached_tokens = []
         return twin
 
+    @torch.inference_mode()
     def copy_prefix_from(self, other: TorchCausalLM, length: int) -> None:
         """Make this engine's cache hold ``other``'s first ``length`` cached tokens (copied, so
         both go on independently), as TensorRT-LLM's KV-cache block reuse shares a prefix."""

@@ -62,6 +62,8 @@ class RepositorySettings:
     vocab_size: int
     target: EngineSettings
     draft: EngineSettings
+    adaptive_draft: bool = False  # the loop's default when a request does not send adaptive_draft
+    torch_threads: int = 1  # torch flavor: intra-op threads per engine model; 0 = torch's default
 
     def engine(self, role: str) -> EngineSettings:
         return {"target": self.target, "draft": self.draft}[role]
@@ -101,11 +103,17 @@ def settings_from_plan(
     flavor: str | None = None,
     engines_mount: str | Path | None = None,
     hf_model_dirs: dict[str, str] | None = None,
+    adaptive_draft: bool = False,
+    torch_threads: int = 1,
 ) -> RepositorySettings:
     """The repository's settings from the plan alone.
 
     ``engines_mount``: the spec's ``paths.engines`` as the serving machine sees it (e.g. a
-    container mount point); default: the absolute local path.
+    container mount point); default: the absolute local path. ``adaptive_draft``: the loop's
+    default for requests that do not say. ``torch_threads``: the torch flavor's intra-op threads
+    per engine model (0 = torch's default). One by default: a request keeps one engine busy at a
+    time, the server's other processes (loop, postprocessing, Triton itself) need the remaining
+    cores, and idle OpenMP threads spin-waiting on a shared CPU slow everything else down.
     """
     spec = plan.spec
     flavor = flavor or spec.triton.flavor
@@ -139,6 +147,8 @@ def settings_from_plan(
         vocab_size=plan.target.model.vocab_size,
         target=engines["target"],
         draft=engines["draft"],
+        adaptive_draft=adaptive_draft,
+        torch_threads=torch_threads,
     )
 
 
@@ -268,6 +278,7 @@ def preprocessing_config(settings: RepositorySettings) -> ModelConfig:
 def postprocessing_config(settings: RepositorySettings) -> ModelConfig:
     return _python_model(T.POSTPROCESSING, settings, T.POSTPROCESSING_INPUTS, T.POSTPROCESSING_OUTPUTS, {
         "tokenizer_dir": TOKENIZER_SUBDIR,
+        "loop_model": T.LOOP,  # where a client's cancellation is relayed (tensors.py)
     })
 
 
@@ -279,6 +290,7 @@ def loop_config(settings: RepositorySettings) -> ModelConfig:
         "max_draft_len": settings.max_draft_len,
         "acceptance": settings.acceptance,
         "detokenize_context_tokens": T.DETOKENIZE_CONTEXT_TOKENS,
+        "adaptive_draft": settings.adaptive_draft,
     }, decoupled=True)
 
 
@@ -294,6 +306,7 @@ def engine_config(settings: RepositorySettings, role: str) -> ModelConfig:
             "max_seq_len": settings.max_seq_len + (settings.max_draft_len if role == "target" else 0),
             "max_draft_len": settings.max_draft_len if role == "target" else 0,
             "max_tokens_in_paged_kv_cache": engine.kv_tokens,
+            "torch_threads": settings.torch_threads,
         })
     config = {
         "name": name,
@@ -338,7 +351,7 @@ def ensemble_config(settings: RepositorySettings) -> ModelConfig:
         {
             "model_name": T.LOOP,
             "model_version": -1,
-            "input_map": {**pre, T.SEED.name: T.SEED.name},
+            "input_map": {**pre, **{t.name: t.name for t in T.LOOP_DIRECT_INPUTS}},
             "output_map": {**loop_private, **{t.name: t.name for t in T.STATS_OUTPUTS}},
         },
         {

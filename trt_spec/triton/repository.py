@@ -1,13 +1,13 @@
 """Write a Triton model repository for a plan: configs, model sources, tokenizer files.
 
 The repository is relocatable: each python model's version directory holds its ``model.py``, a
-copy of ``tensors.py`` (``trt_spec_tensors.py``) and the target's tokenizer files, so it needs no
-``trt_spec`` install where it is served; engine paths can name a container's mount point.
+copy of the ``trt_spec`` package sources it imports (the very code that wrote the repository, as
+TensorRT-LLM's BLS model carries its ``lib/``) and, for pre- and postprocessing, the target's
+tokenizer files; engine paths can name a container's mount point. What the serving Python needs
+is ``trt_spec``'s dependencies (numpy < 2, torch, transformers, pydantic, pyyaml), not
+``trt_spec`` itself. The torch flavor's engine models read the Hugging Face checkpoints from
+where the spec names them.
 The whole repository is written into a sibling temporary directory and renamed into place.
-
-Library only for now: the loop model ``tensorrt_llm_bls`` and the torch flavor's engine models
-get their ``model.py`` sources with the speculative core (issue 5, part B); until then their
-configs are written and :attr:`RepositoryResult.pending` names them.
 """
 
 from __future__ import annotations
@@ -25,8 +25,12 @@ from trt_spec.triton import configs
 from trt_spec.triton import tensors as T
 
 MODELS_SOURCE_DIR = Path(__file__).parent / "models"
-TENSORS_SOURCE = Path(__file__).parent / "tensors.py"
-TENSORS_COPY_NAME = "trt_spec_tensors.py"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # trt_spec/
+PACKAGE_COPY_NAME = "trt_spec"
+# Not needed to serve: the CLI, packaged data, the model sources themselves, bytecode.
+PACKAGE_COPY_IGNORE = ("__pycache__", "*.pyc", "cli", "data", "models")
+# The torch flavor's two engine models share one source; its config's `role` tells them apart.
+SHARED_SOURCES = {(T.TARGET, "torch"): "torch_engine", (T.DRAFT, "torch"): "torch_engine"}
 # What AutoTokenizer may read; whichever of these the checkpoint has is copied.
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -52,6 +56,8 @@ class RepositoryResult:
 
 def source_dir(model: str, flavor: str) -> Path | None:
     """The packaged ``model.py`` folder of a python model, or None when there is none yet."""
+    if (model, flavor) in SHARED_SOURCES:
+        return MODELS_SOURCE_DIR / SHARED_SOURCES[(model, flavor)]
     candidates = [MODELS_SOURCE_DIR / f"{model}_{flavor}", MODELS_SOURCE_DIR / model]
     for candidate in candidates:
         if (candidate / "model.py").is_file():
@@ -77,11 +83,14 @@ def write_repository(
     plan: Plan | None = None,
     engines_mount: str | Path | None = None,
     tokenizer_dir: str | Path | None = None,
+    adaptive_draft: bool = False,
+    torch_threads: int = 1,
 ) -> RepositoryResult:
     """Write the repository for ``spec`` into ``out_dir`` (default: the spec's ``paths.model_repo``).
 
     With engines built, they are cross-checked against the spec first; without, the configs
-    follow the plan and a note says so.
+    follow the plan and a note says so. ``adaptive_draft`` and ``torch_threads``: see
+    :func:`trt_spec.triton.configs.settings_from_plan`.
 
     Raises:
         EngineMismatchError: a built engine disagrees with the spec.
@@ -95,7 +104,14 @@ def write_repository(
     draft_local = spec.draft.local_dir(spec.source_dir)
     if draft_local is not None:
         hf_dirs["draft"] = str(draft_local)
-    settings = configs.settings_from_plan(plan, flavor=flavor, engines_mount=engines_mount, hf_model_dirs=hf_dirs)
+    elif flavor == "torch":  # the twin runs the draft's checkpoint: it must be downloaded
+        from trt_spec.checkpoints.download import local_snapshot
+
+        hf_dirs["draft"] = str(local_snapshot(spec, "draft").path)
+    settings = configs.settings_from_plan(
+        plan, flavor=flavor, engines_mount=engines_mount, hf_model_dirs=hf_dirs,
+        adaptive_draft=adaptive_draft, torch_threads=torch_threads,
+    )
     notes = configs.check_engines(plan, settings) if flavor == "tensorrtllm" else []
     model_configs = configs.all_configs(settings)
     tokenizer_files = [tokenizer_source / name for name in TOKENIZER_FILES if (tokenizer_source / name).is_file()]
@@ -110,6 +126,9 @@ def write_repository(
         for name, config in model_configs.items():
             configs.write_config(config, partial)
             if config.backend != "python":
+                # Triton loads only versions it finds: an ensemble or a tensorrtllm model (whose
+                # engine is at gpt_model_path) still needs an (empty) version directory.
+                (partial / name / "1").mkdir()
                 result.models.append(name)
                 continue
             source = source_dir(name, flavor)
@@ -119,7 +138,7 @@ def write_repository(
             version = partial / name / "1"
             version.mkdir(parents=True)
             shutil.copy2(source / "model.py", version / "model.py")
-            shutil.copy2(TENSORS_SOURCE, version / TENSORS_COPY_NAME)
+            shutil.copytree(PACKAGE_DIR, version / PACKAGE_COPY_NAME, ignore=shutil.ignore_patterns(*PACKAGE_COPY_IGNORE))
             if name in TOKENIZER_MODELS:
                 (version / configs.TOKENIZER_SUBDIR).mkdir()
                 for path in tokenizer_files:
@@ -128,9 +147,11 @@ def write_repository(
         if (final / KEPT_FILE).is_file():
             shutil.copy2(final / KEPT_FILE, partial / KEPT_FILE)
     if result.pending:
+        result.notes.append(f"not servable: no model source for {', '.join(result.pending)}; their config.pbtxt is written")
+    if flavor == "torch":
         result.notes.append(
-            f"not servable yet: no model source for {', '.join(result.pending)} (issue 5, part B); "
-            "their config.pbtxt is written"
+            f"torch flavor: the engine models run the Hugging Face checkpoints {hf_dirs.get('target')} and "
+            f"{hf_dirs.get('draft')} in PyTorch (CPU, or CUDA when present); serve with `trt-spec serve --repo {final}`"
         )
     return result
 

@@ -117,7 +117,7 @@ class TritonServer:
         self.extra_args = extra_args
         self.process: subprocess.Popen | None = None
         self.command: ServerCommand | None = None
-        self._shm_before: set[str] = set()
+        self._shm_owned: set[str] = set()
 
     @property
     def grpc_url(self) -> str:
@@ -139,7 +139,6 @@ class TritonServer:
     def start(self) -> "TritonServer":
         if not (self.repo / "ensemble").is_dir() and not any(self.repo.glob("*/config.pbtxt")):
             raise ServerError(f"{self.repo} holds no Triton models; `trt-spec repo --spec F -o {self.repo}` writes one")
-        self._shm_before = _shm_regions()
         self.command = server_command(
             self.repo, host=self.host, http_port=self.http_port, grpc_port=self.grpc_port,
             metrics_port=self.metrics_port, extra_args=self.extra_args,
@@ -187,16 +186,19 @@ class TritonServer:
         return self.process.wait()
 
     def stop(self, timeout_s: float = 30.0, *, keep_log: bool = False) -> None:
-        """SIGTERM, then SIGKILL after ``timeout_s``; removes the shared memory it left and
-        its working directory (unless ``keep_log``: a failed start keeps the log it names)."""
+        """SIGTERM, then SIGKILL after ``timeout_s``; removes the shared memory its python
+        models leave behind and its working directory (unless ``keep_log``: a failed start keeps
+        the log it names)."""
         if self.process is not None and self.process.poll() is None:
+            self._shm_owned |= _stub_shm_regions(self.process.pid)
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
-        for region in _shm_regions() - self._shm_before:
+        # Only regions of this server's own stubs: other servers on the machine keep theirs.
+        for region in self._shm_owned:
             Path("/dev/shm", region).unlink(missing_ok=True)
         if self.command is not None and not keep_log:
             shutil.rmtree(self.command.workdir, ignore_errors=True)
@@ -208,5 +210,19 @@ class TritonServer:
         self.stop()
 
 
-def _shm_regions() -> set[str]:
-    return {path.name for path in Path("/dev/shm").glob(SHM_GLOB)}
+def _stub_shm_regions(server_pid: int) -> set[str]:
+    """The shared-memory regions of a server's python-backend stubs (its children), read from
+    their command lines, where each names its region."""
+    regions = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent != server_pid:
+                continue
+            arguments = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        regions |= {arg.decode() for arg in arguments if arg.startswith(SHM_GLOB[:-1].encode())}
+    return regions

@@ -96,6 +96,9 @@ class Tensor:
     def required(self) -> "Tensor":
         return Tensor(self.name, self.dtype, self.dims, False, self.scalar_reshape, self.ragged, self.doc)
 
+    def as_optional(self) -> "Tensor":
+        return Tensor(self.name, self.dtype, self.dims, True, self.scalar_reshape, self.ragged, self.doc)
+
 
 def _scalar(name: str, dtype: str, doc: str = "", *, optional: bool = False) -> Tensor:
     return Tensor(name, dtype, (1,), optional=optional, doc=doc)
@@ -120,15 +123,20 @@ NUM_DRAFT_TOKENS = _scalar("num_draft_tokens", "INT32", "absent = the spec's K; 
 STREAM = _scalar("stream", "BOOL", "absent = true", optional=True)
 STOP_WORDS = Tensor("stop_words", "BYTES", (-1,), optional=True, doc="strings that end the completion")
 SEED = _scalar("seed", "UINT64", "sampling seed", optional=True)
+ADAPTIVE_DRAFT = _scalar("adaptive_draft", "BOOL", "choose K each step, up to num_draft_tokens; absent = the repository's default", optional=True)
 
 TEXT_OUTPUT = _scalar("text_output", "BYTES", "new text (streaming) or the whole completion")
 TOTAL_DRAFT_TOKENS = _scalar("total_draft_tokens", "INT32", "running total of drafted tokens")
 TOTAL_ACCEPTED_DRAFT_TOKENS = _scalar("total_accepted_draft_tokens", "INT32", "running total of accepted drafts")
 ACCEPTANCE_RATE = _scalar("acceptance_rate", "FP32", "accepted / drafted so far")
 NUM_TARGET_CALLS = _scalar("num_target_calls", "INT32", "running total of target engine calls")
+NUM_OUTPUT_TOKENS = _scalar("num_output_tokens", "INT32", "running total of generated tokens")
 
-ENSEMBLE_INPUTS = (TEXT_INPUT, MAX_TOKENS, TEMPERATURE, TOP_K, TOP_P, NUM_DRAFT_TOKENS, STREAM, STOP_WORDS, SEED)
-STATS_OUTPUTS = (TOTAL_DRAFT_TOKENS, TOTAL_ACCEPTED_DRAFT_TOKENS, ACCEPTANCE_RATE, NUM_TARGET_CALLS)
+ENSEMBLE_INPUTS = (TEXT_INPUT, MAX_TOKENS, TEMPERATURE, TOP_K, TOP_P, NUM_DRAFT_TOKENS, STREAM, STOP_WORDS, SEED,
+                   ADAPTIVE_DRAFT)
+# Inputs the ensemble hands to the loop model directly (preprocessing neither needs nor checks them).
+LOOP_DIRECT_INPUTS = (SEED, ADAPTIVE_DRAFT)
+STATS_OUTPUTS = (TOTAL_DRAFT_TOKENS, TOTAL_ACCEPTED_DRAFT_TOKENS, ACCEPTANCE_RATE, NUM_TARGET_CALLS, NUM_OUTPUT_TOKENS)
 ENSEMBLE_OUTPUTS = (TEXT_OUTPUT, *STATS_OUTPUTS)
 
 # --- engine models: TensorRT-LLM 1.2.x names -----------------------------------------------------
@@ -191,14 +199,23 @@ PREPROCESSING_OUTPUTS = (
 )
 
 # --- the loop model ---------------------------------------------------------------------------
+#
+# Cancellation through the ensemble: Triton marks a cancelled ensemble request's *next* step
+# requests as cancelled, never the step already running, so the loop (one long step) would not
+# see its client leave. Each loop response therefore carries the request's ``request_key``;
+# postprocessing, finding its request cancelled, sends that key back to the loop model in a
+# request holding only ``cancel_request_key`` (all loop inputs are optional for this reason),
+# and the loop stops before its next engine call.
 
-LOOP_INPUTS = (*PREPROCESSING_OUTPUTS, SEED)
+REQUEST_KEY = _scalar("request_key", "UINT64", "the loop's key of the request, to relay a cancellation")
+CANCEL_REQUEST_KEY = _scalar("cancel_request_key", "UINT64", "cancel the running request with this key", optional=True)
+LOOP_INPUTS = tuple(t.as_optional() for t in (*PREPROCESSING_OUTPUTS, *LOOP_DIRECT_INPUTS, CANCEL_REQUEST_KEY))
 NUM_CONTEXT_TOKENS = _scalar("num_context_tokens", "INT32", "leading output_ids earlier responses covered")
 IS_FINAL = _scalar("is_final", "BOOL", "the request's last response")
 LOOP_OUTPUT_IDS = Tensor("output_ids", "INT32", (-1,), doc="generated[w:n], see the module docstring")
-LOOP_OUTPUTS = (LOOP_OUTPUT_IDS, NUM_CONTEXT_TOKENS, IS_FINAL, *STATS_OUTPUTS)
+LOOP_OUTPUTS = (LOOP_OUTPUT_IDS, NUM_CONTEXT_TOKENS, IS_FINAL, REQUEST_KEY, *STATS_OUTPUTS)
 
 # --- postprocessing ---------------------------------------------------------------------------
 
-POSTPROCESSING_INPUTS = (LOOP_OUTPUT_IDS, NUM_CONTEXT_TOKENS, IS_FINAL)
+POSTPROCESSING_INPUTS = (LOOP_OUTPUT_IDS, NUM_CONTEXT_TOKENS, IS_FINAL, REQUEST_KEY.as_optional())
 POSTPROCESSING_OUTPUTS = (TEXT_OUTPUT,)

@@ -7,35 +7,26 @@ down in ``trt_spec/triton/tensors.py``: the loop resends a window of already-cov
 character is held back until a later response (or ``is_final``) settles it.
 
 Runs inside Triton's python-backend stub: imports numpy, the tokenizer library and the tensor
-definitions (``trt_spec_tensors.py``, copied beside this file by the repository writer) only.
+definitions of ``trt_spec`` (from the copy the repository writer puts beside this file, else from
+the installed package).
 """
 
 
-import importlib.util
+import collections
 import sys
 from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+_HERE = Path(__file__).resolve().parent
+if (_HERE / "trt_spec").is_dir():
+    sys.path.insert(0, str(_HERE))
+
+from trt_spec.triton import tensors as T  # noqa: E402
+
 REPLACEMENT = "\ufffd"  # what a decoder yields for bytes that are not (yet) a whole character
-
-
-def _load_tensors():
-    """The repository's own copy of trt_spec/triton/tensors.py, else the installed package's."""
-    sibling = Path(__file__).with_name("trt_spec_tensors.py")
-    if sibling.is_file():
-        spec = importlib.util.spec_from_file_location("trt_spec_tensors", sibling)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["trt_spec_tensors"] = module
-        spec.loader.exec_module(module)
-        return module
-    from trt_spec.triton import tensors
-
-    return tensors
-
-
-T = _load_tensors()
+RELAYED_KEYS_KEPT = 1024  # cancellations already relayed, remembered so each is sent once
 
 
 def decode(tokenizer, ids) -> str:
@@ -78,10 +69,16 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         self.tokenizer = AutoTokenizer.from_pretrained(str(Path(__file__).parent / parameters["tokenizer_dir"]))
+        self.loop_model = parameters.get("loop_model")
+        self.relayed = collections.OrderedDict()  # request keys whose cancellation went to the loop
 
     def execute(self, requests):
         responses = []
         for request in requests:
+            if request.is_cancelled():
+                # Answered as usual afterwards: an error here leaves Triton 2.51's cancelled
+                # ensemble request in flight for good.
+                self.relay_cancellation(request)
             try:
                 ids = pb_utils.get_input_tensor_by_name(request, T.LOOP_OUTPUT_IDS.name).as_numpy()
                 context = pb_utils.get_input_tensor_by_name(request, T.NUM_CONTEXT_TOKENS.name).as_numpy()
@@ -96,3 +93,24 @@ class TritonPythonModel:
                 message = f"postprocessing failed: {type(exc).__name__}: {exc}"
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
         return responses
+
+    def relay_cancellation(self, request) -> None:
+        """Tell the loop model that the client of this request is gone (Triton cancels only an
+        ensemble's next steps, not the loop already running; see tensors.py)."""
+        key = pb_utils.get_input_tensor_by_name(request, T.REQUEST_KEY.name)
+        if key is None or not self.loop_model:
+            return
+        key = int(key.as_numpy().reshape(-1)[0])
+        if key in self.relayed:
+            return
+        self.relayed[key] = None
+        while len(self.relayed) > RELAYED_KEYS_KEPT:
+            self.relayed.popitem(last=False)
+        cancel = pb_utils.InferenceRequest(
+            model_name=self.loop_model,
+            inputs=[pb_utils.Tensor(T.CANCEL_REQUEST_KEY.name, np.array([[key]], dtype=np.uint64))],
+            requested_output_names=[],
+        )
+        for _ in cancel.exec(decoupled=True):
+            pass
+

@@ -5,11 +5,11 @@ stream true), so the loop gets complete, valid tensors. A bad request fails alon
 ``TritonError`` naming the parameter, its value and the allowed range; never a traceback.
 
 Runs inside Triton's python-backend stub: imports numpy, the tokenizer library and the tensor
-definitions (``trt_spec_tensors.py``, copied beside this file by the repository writer) only.
+definitions of ``trt_spec`` (from the copy the repository writer puts beside this file, else from
+the installed package).
 """
 
 
-import importlib.util
 import math
 import sys
 from dataclasses import dataclass
@@ -18,22 +18,11 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+_HERE = Path(__file__).resolve().parent
+if (_HERE / "trt_spec").is_dir():
+    sys.path.insert(0, str(_HERE))
 
-def _load_tensors():
-    """The repository's own copy of trt_spec/triton/tensors.py, else the installed package's."""
-    sibling = Path(__file__).with_name("trt_spec_tensors.py")
-    if sibling.is_file():
-        spec = importlib.util.spec_from_file_location("trt_spec_tensors", sibling)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["trt_spec_tensors"] = module  # dataclasses look their module up here
-        spec.loader.exec_module(module)
-        return module
-    from trt_spec.triton import tensors
-
-    return tensors
-
-
-T = _load_tensors()
+from trt_spec.triton import tensors as T  # noqa: E402
 
 
 class RequestError(ValueError):

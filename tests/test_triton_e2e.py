@@ -1,0 +1,276 @@
+"""The torch-flavor repository of the demo pair served by the real Triton server (the CPU build
+bundled in nvidia-pytriton): the ensemble streams exactly the target's greedy output, serves
+concurrent streams, reproduces seeded sampling, refuses bad requests alone, stops a cancelled
+request, and publishes its metrics. One server for the whole module."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from trt_spec.cli import main
+from trt_spec.errors import GenerationError
+from trt_spec.spec import load_spec
+from trt_spec.triton import tensors as T
+from trt_spec.triton.bench import prompt_texts
+from trt_spec.triton.client import SpecClient
+from trt_spec.triton.repository import write_repository
+from trt_spec.triton.server import TritonServer
+
+from conftest import DEMO_PAIR, EXAMPLES
+
+pytest.importorskip("pytriton", reason="the CPU Triton server comes with nvidia-pytriton")
+grpcclient = pytest.importorskip("tritonclient.grpc")
+
+EOS = 0  # the demo tokenizer's <|endoftext|>
+NEW_TOKENS = 40
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    result = write_repository(load_spec(EXAMPLES / "pystdlib-demo.yaml"), root / "repo", "torch")
+    assert result.complete
+    running = TritonServer(result.path, ready_timeout_s=300).start()
+    try:
+        yield running
+    finally:
+        started = time.monotonic()
+        running.stop()
+    # Triton waits (30 s) for in-flight requests: a quick stop means none was left behind, the
+    # cancelled one included.
+    assert time.monotonic() - started < 20
+
+
+@pytest.fixture(scope="module")
+def target():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(DEMO_PAIR / "target"), dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(str(DEMO_PAIR / "target"))
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return prompt_texts(8, 200)
+
+
+_references: dict[tuple[str, int], list[int]] = {}
+
+
+def greedy_reference(target, prompt: str, num_tokens: int) -> list[int]:
+    """The target alone: one full forward pass per token, no cache, stopping at EOS."""
+    key = (prompt, num_tokens)
+    if key not in _references:
+        model, tokenizer = target
+        tokens = list(tokenizer(prompt)["input_ids"])
+        output = []
+        with torch.inference_mode():
+            while len(output) < num_tokens:
+                token = int(model(torch.tensor([tokens])).logits[0, -1].argmax())
+                if token == EOS:
+                    break
+                output.append(token)
+                tokens.append(token)
+        _references[key] = output
+    return _references[key]
+
+
+def decode(target, tokens) -> str:
+    return target[1].decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+
+def generate(server, prompt: str, **options):
+    with SpecClient(server.grpc_url) as client:
+        return list(client.generate(prompt, **options))
+
+
+def metrics(server) -> dict[str, float]:
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    return {line.rpartition(" ")[0]: float(line.rpartition(" ")[2]) for line in text.splitlines()
+            if line.startswith("trt_spec_")}
+
+
+def metric(values: dict[str, float], prefix: str) -> float:
+    return sum(value for name, value in values.items() if name.startswith(prefix))
+
+
+# --- exactness ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_greedy_stream_equals_the_target_alone(server, target, prompts, index):
+    reference = greedy_reference(target, prompts[index], NEW_TOKENS)
+    events = generate(server, prompts[index], max_tokens=NEW_TOKENS)
+    assert "".join(event.text for event in events) == decode(target, reference)
+    last = events[-1]
+    assert last.num_output_tokens == len(reference)  # token for token, not just the same text
+    assert last.total_draft_tokens > 0 and last.total_accepted_draft_tokens > 0
+    assert last.acceptance_rate == pytest.approx(last.total_accepted_draft_tokens / last.total_draft_tokens)
+    assert last.num_target_calls < len(reference)  # drafts were accepted: fewer target calls than tokens
+    assert len(events) > 1  # streamed, several responses
+
+
+def test_plain_decoding_and_stream_false(server, target, prompts):
+    reference = decode(target, greedy_reference(target, prompts[0], NEW_TOKENS))
+    plain = generate(server, prompts[0], max_tokens=NEW_TOKENS, num_draft_tokens=0)
+    assert "".join(event.text for event in plain) == reference
+    assert plain[-1].total_draft_tokens == 0 and plain[-1].num_target_calls == plain[-1].num_output_tokens
+    whole = generate(server, prompts[0], max_tokens=NEW_TOKENS, stream=False)
+    assert len(whole) == 1 and whole[0].text == reference
+    assert whole[0].num_output_tokens == plain[-1].num_output_tokens
+
+
+def test_concurrent_streams_each_get_their_own_output(server, target, prompts):
+    expected = [decode(target, greedy_reference(target, prompt, 32)) for prompt in prompts]
+    outputs: list[str | None] = [None] * len(prompts)
+    responses = [0] * len(prompts)
+    first, last = [0.0] * len(prompts), [0.0] * len(prompts)
+
+    def one(index: int) -> None:
+        events = generate(server, prompts[index], max_tokens=32)
+        outputs[index] = "".join(event.text for event in events)
+        responses[index] = len(events)
+        first[index], last[index] = events[0].arrival_s, events[-1].arrival_s
+
+    threads = [threading.Thread(target=one, args=(index,)) for index in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert outputs == expected
+    assert all(count > 1 for count in responses)
+    # Served together, not one after another: most streams had started before any ended.
+    assert sum(start < min(last) for start in first) >= len(prompts) // 2
+
+
+def test_seeded_sampling_is_reproducible(server, prompts):
+    def sample(seed: int) -> str:
+        return "".join(e.text for e in generate(server, prompts[1], max_tokens=24, temperature=1.0, seed=seed))
+
+    first = sample(11)
+    assert sample(11) == first
+    assert any(sample(seed) != first for seed in (12, 13, 14))
+
+
+def test_stop_word_ends_the_completion(server, target, prompts):
+    reference = greedy_reference(target, prompts[2], NEW_TOKENS)
+    tokenizer = target[1]
+    index = next(i for i in range(3, len(reference))
+                 if tokenizer(decode(target, [reference[i]]), add_special_tokens=False)["input_ids"] == [reference[i]]
+                 and reference[i] not in reference[:i])
+    stop = decode(target, [reference[index]])
+    events = generate(server, prompts[2], max_tokens=NEW_TOKENS, stop_words=[stop])
+    assert "".join(event.text for event in events) == decode(target, reference[: index + 1])
+
+
+# --- bad requests, cancellation, metrics ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prompt", "options", "message"),
+    [
+        ("x", {"max_tokens": 0}, "max_tokens must be >= 1; got 0"),
+        ("x", {"max_tokens": 4, "num_draft_tokens": 9}, "max_draft_len 4; got 9"),
+        ("", {"max_tokens": 4}, "text_input is empty"),
+        ("x = 1\n" * 200, {"max_tokens": 4}, "over the engine's max_input_len 512"),
+        ("x", {"max_tokens": 4, "top_p": 0.0}, "top_p must be in (0, 1]"),
+    ],
+)
+def test_bad_request_gets_one_clear_error_and_the_server_keeps_serving(server, prompt, options, message):
+    with pytest.raises(GenerationError) as caught:
+        generate(server, prompt, **options)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value) and "Traceback" not in str(caught.value)
+    assert generate(server, "def f():\n", max_tokens=4)[-1].num_output_tokens == 4
+
+
+def test_wrong_dtype_is_refused_by_triton(server):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    text = grpcclient.InferInput("text_input", [1, 1], "BYTES")
+    text.set_data_from_numpy(np.array([[b"x"]], dtype=object))
+    tokens = grpcclient.InferInput("max_tokens", [1, 1], "FP32")
+    tokens.set_data_from_numpy(np.array([[4.0]], dtype=np.float32))
+    answers = []
+    client.start_stream(callback=lambda result=None, error=None: answers.append((result, error)))
+    client.async_stream_infer(T.ENSEMBLE, [text, tokens])  # the ensemble is decoupled: streaming API
+    deadline = time.monotonic() + 30
+    while not answers and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.stop_stream()
+    assert answers and answers[0][1] is not None
+    assert "max_tokens" in answers[0][1].message() and "FP32" in answers[0][1].message()
+    assert generate(server, "def f():\n", max_tokens=2)[-1].num_output_tokens == 2
+
+
+def test_cancelled_stream_stops_drafting(server, prompts):
+    before = metrics(server)
+    with SpecClient(server.grpc_url) as client:
+        stream = client.generate(prompts[3], max_tokens=900, num_draft_tokens=1)
+        seen = [next(stream), next(stream)]
+        stream.close()  # the client leaves: the request is cancelled on the server
+    assert seen[-1].num_output_tokens < 20
+    deadline = time.monotonic() + 30
+    while metric(metrics(server), 'trt_spec_loop_requests_total{model="tensorrt_llm_bls",outcome="cancelled"}') \
+            <= metric(before, 'trt_spec_loop_requests_total{model="tensorrt_llm_bls",outcome="cancelled"}'):
+        assert time.monotonic() < deadline, "the loop model never saw the cancellation"
+        time.sleep(0.1)
+    after = metrics(server)
+    generated = metric(after, "trt_spec_loop_output_tokens_total") - metric(before, "trt_spec_loop_output_tokens_total")
+    assert generated < 200  # stopped long before its 900 tokens
+    assert generate(server, "def f():\n", max_tokens=4)[-1].num_output_tokens == 4
+
+
+def test_metrics_on_the_metrics_port(server, prompts):
+    generate(server, prompts[0], max_tokens=16)
+    values = metrics(server)
+    for name in ("trt_spec_loop_iterations_total", "trt_spec_loop_target_calls_total", "trt_spec_loop_draft_tokens_total",
+                 "trt_spec_loop_accepted_draft_tokens_total", "trt_spec_loop_output_tokens_total",
+                 "trt_spec_engine_execute_seconds_total"):
+        assert metric(values, name) > 0, name
+    assert 0 < metric(values, "trt_spec_loop_acceptance_rate") <= 1
+    assert metric(values, "trt_spec_loop_tokens_per_target_call") >= 1
+    assert metric(values, 'trt_spec_loop_requests_total{model="tensorrt_llm_bls",outcome="finished"}') >= 1
+
+
+# --- the CLI against the server ------------------------------------------------------------------
+
+
+def test_cli_generate_over_grpc(server, target, prompts):
+    result = CliRunner().invoke(main, ["generate", "--url", server.grpc_url, "--max-tokens", "24", prompts[0]])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == decode(target, greedy_reference(target, prompts[0], 24)) + "\n"
+    assert re.search(r"24 tokens in .* target calls .*acceptance_rate", result.stderr)
+
+
+def test_cli_generate_reports_an_unreachable_server():
+    from trt_spec.triton.server import free_port
+
+    result = CliRunner().invoke(main, ["generate", "--url", f"127.0.0.1:{free_port()}", "x"])
+    assert result.exit_code == 1 and "no Triton server answers" in result.stderr
+
+
+def test_cli_bench_over_grpc(server):
+    result = CliRunner().invoke(main, ["bench", "--url", server.grpc_url, "--metrics-url", server.metrics_url,
+                                       "--prompts", "2", "--max-tokens", "12", "--concurrency", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    keys = {"k", "temperature", "tokens_per_s", "baseline_tokens_per_s", "speedup", "acceptance_rate", "alpha",
+            "tokens_per_target_call", "theoretical_tokens_per_target_call", "hf_assisted_tokens_per_s",
+            "cost_model_speedup", "ttft_ms", "itl_ms", "concurrency"}
+    assert [row["concurrency"] for row in rows] == [1, 2]
+    for row in rows:
+        assert keys <= set(row) and row["k"] == 4
+        assert row["tokens_per_s"] > 0 and row["baseline_tokens_per_s"] > 0 and row["ttft_ms"] > 0
+        assert 0 < row["alpha"] < 1 and row["hf_assisted_tokens_per_s"] is None
+    assert rows[0]["loop_overhead_ms_per_iteration"] > 0 and rows[0]["engine_time_source"] == "trt_spec"

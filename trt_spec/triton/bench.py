@@ -1,0 +1,471 @@
+"""The benchmark through a running server: speculative vs plain decoding (``num_draft_tokens`` 0)
+on the same server, at concurrency 1 and N, over gRPC streaming.
+
+Per configuration (K, temperature, concurrency) every packaged prompt is sent, speculative and
+plain interleaved prompt by prompt (at concurrency N, in alternating batches), so a shared
+machine's drift hits both alike. Reported per row, with DESIGN.md's keys: tokens per second
+(all tokens / wall time), time to first token and inter-token latency (medians over requests:
+first response minus send; (last - first response) / tokens after the first response),
+acceptance, tokens per target call.
+
+From the server's metrics port (when reachable) come ``alpha`` (accepted / (accepted +
+rejections)) and, at concurrency 1, where an iteration's time goes: the loop model's wall time
+per iteration minus the engine models' own time inside ``execute`` is the loop's overhead (BLS
+round trips, tensor copies, bookkeeping, streaming a response).
+
+With a :class:`~trt_spec.speculative.twin.TwinPair` (``--spec``) the in-process loop runs the same
+prompts at concurrency 1 too, interleaved with the server's requests, for the ratio of the two.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from trt_spec.bench import load_prompt_texts, theoretical_tokens_per_call
+from trt_spec.errors import GenerationError
+from trt_spec.triton import tensors as T
+from trt_spec.triton.client import SpecClient, StreamEvent
+
+Progress = Callable[[str], None]
+PROMPT_CHARS = 240  # ~64 tokens of Python source with the demo tokenizer
+MAX_NEW_TOKENS = 96
+DEFAULT_CONCURRENCY = 4
+LOOP = T.LOOP
+
+
+@dataclass(frozen=True)
+class ServerBenchConfig:
+    ks: tuple[int, ...] | None = None  # None: the server's default K
+    temperatures: tuple[float, ...] = (0.0,)
+    concurrency: int = DEFAULT_CONCURRENCY
+    num_prompts: int = 8
+    prompt_chars: int = PROMPT_CHARS
+    max_new_tokens: int = MAX_NEW_TOKENS
+    seed: int = 0
+
+
+@dataclass
+class RequestResult:
+    tokens: int
+    seconds: float
+    ttft_s: float
+    itl_s: float | None  # None when everything came in one response
+    drafted: int
+    accepted: int
+    target_calls: int
+    text: str = ""
+
+
+@dataclass
+class _Tally:
+    results: list[RequestResult] = field(default_factory=list)
+    wall_seconds: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return sum(r.tokens for r in self.results)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.wall_seconds if self.wall_seconds else 0.0
+
+
+def prompt_texts(num_prompts: int, prompt_chars: int) -> list[str]:
+    """The packaged held-out prompts, each cut to ``prompt_chars`` characters at a line end."""
+    texts = load_prompt_texts()
+    if not 1 <= num_prompts <= len(texts):
+        raise ValueError(f"num_prompts must be in 1..{len(texts)}; got {num_prompts}")
+    cut = []
+    for entry in texts[:num_prompts]:
+        text = entry["text"][:prompt_chars]
+        end = text.rfind("\n")
+        cut.append(text[: end + 1] if end > prompt_chars // 2 else text)
+    return cut
+
+
+def run_request(client: SpecClient, prompt: str, **options) -> RequestResult:
+    """One streamed request, timed."""
+    started = time.perf_counter()
+    events: list[StreamEvent] = list(client.generate(prompt, **options))
+    seconds = time.perf_counter() - started
+    if not events:
+        raise GenerationError("the server sent no response with outputs")
+    last, first = events[-1], events[0]
+    after_first = last.num_output_tokens - first.num_output_tokens
+    itl = (last.arrival_s - first.arrival_s) / after_first if after_first > 0 else None
+    return RequestResult(
+        tokens=last.num_output_tokens, seconds=seconds, ttft_s=first.arrival_s - started, itl_s=itl,
+        drafted=last.total_draft_tokens, accepted=last.total_accepted_draft_tokens,
+        target_calls=last.num_target_calls, text="".join(event.text for event in events),
+    )
+
+
+# --- the server's metrics ----------------------------------------------------------------------
+
+
+def read_metrics(url: str | None) -> dict[str, float] | None:
+    """trt-spec's own counters (and Triton's per-model ones) from a metrics endpoint; None when
+    it cannot be read."""
+    if not url:
+        return None
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None
+    values = {}
+    for line in text.splitlines():
+        if line.startswith(("trt_spec_", "nv_inference_compute_infer_duration_us")):
+            name, _, value = line.rpartition(" ")
+            try:
+                values[name] = float(value)
+            except ValueError:
+                continue
+    return values
+
+
+def settled_metrics(url: str | None, before: dict[str, float], requests: int = 1, timeout_s: float = 5.0) -> dict | None:
+    """The metrics once the loop model has recorded ``requests`` more requests than in
+    ``before`` (it records a request after sending its last response, so a client can see the
+    end of a request before its metrics)."""
+    deadline = time.monotonic() + timeout_s
+    target = _metric_sum(before, "trt_spec_loop_requests_total") + requests
+    while True:
+        values = read_metrics(url)
+        if values is None or _metric_sum(values, "trt_spec_loop_requests_total") >= target or time.monotonic() > deadline:
+            return values
+        time.sleep(0.01)
+
+
+def _metric_sum(delta: dict[str, float], prefix: str) -> float:
+    return sum(value for name, value in delta.items() if name.startswith(prefix))
+
+
+@dataclass(frozen=True)
+class LoopBreakdown:
+    """Per iteration of the loop model, from metric deltas over a concurrency-1 run."""
+
+    iterations: int
+    iteration_ms: float  # the loop model's wall time per iteration
+    engine_ms: float  # the engine models' own time inside execute, per iteration
+    overhead_ms: float  # everything else: BLS round trips, copies, bookkeeping, responses
+    engine_source: str  # "trt_spec" (the torch flavor's own timers) or "triton" (compute_infer)
+
+
+def loop_breakdown(before: dict | None, after: dict | None) -> LoopBreakdown | None:
+    if before is None or after is None:
+        return None
+    delta = {name: after[name] - before.get(name, 0.0) for name in after}
+    iterations = int(_metric_sum(delta, "trt_spec_loop_iterations_total"))
+    if iterations <= 0:
+        return None
+    loop_seconds = _metric_sum(delta, "trt_spec_loop_iteration_seconds_total")
+    engine_seconds = _metric_sum(delta, "trt_spec_engine_execute_seconds_total")
+    source = "trt_spec"
+    if not any(name.startswith("trt_spec_engine_execute_seconds_total") for name in after):
+        # tensorrtllm flavor: Triton's own compute time of the engine models (it includes the
+        # backend's queueing of the request, so the overhead is a lower bound).
+        source = "triton"
+        engine_seconds = sum(
+            value for name, value in delta.items()
+            if name.startswith("nv_inference_compute_infer_duration_us") and (f'"{T.TARGET}"' in name or f'"{T.DRAFT}"' in name)
+        ) / 1e6
+    return LoopBreakdown(
+        iterations=iterations,
+        iteration_ms=loop_seconds / iterations * 1e3,
+        engine_ms=engine_seconds / iterations * 1e3,
+        overhead_ms=(loop_seconds - engine_seconds) / iterations * 1e3,
+        engine_source=source,
+    )
+
+
+def _alpha(before: dict | None, after: dict | None) -> float | None:
+    if before is None or after is None:
+        return None
+    delta = {name: after[name] - before.get(name, 0.0) for name in after}
+    accepted = _metric_sum(delta, "trt_spec_loop_accepted_draft_tokens_total")
+    rejections = _metric_sum(delta, "trt_spec_loop_rejections_total")
+    return accepted / (accepted + rejections) if accepted + rejections else None
+
+
+# --- the runs ------------------------------------------------------------------------------------
+
+
+class _Clients:
+    """One gRPC stream (SpecClient) per concurrent request."""
+
+    def __init__(self, url: str, count: int):
+        self.clients = [SpecClient(url) for _ in range(count)]
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+
+    def run_batch(self, prompts: Sequence[str], options: dict) -> tuple[list[RequestResult], float]:
+        """All ``prompts``, at most len(clients) in flight; (results, wall seconds)."""
+        results: list[RequestResult | None] = [None] * len(prompts)
+        errors: list[BaseException] = []
+        next_index = iter(range(len(prompts)))
+        lock = threading.Lock()
+
+        def worker(client: SpecClient) -> None:
+            while True:
+                with lock:
+                    index = next(next_index, None)
+                if index is None or errors:
+                    return
+                try:
+                    results[index] = run_request(client, prompts[index], **options)
+                except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                    errors.append(exc)
+                    return
+
+        threads = [threading.Thread(target=worker, args=(client,), daemon=True) for client in self.clients]
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        seconds = time.perf_counter() - started
+        if errors:
+            raise errors[0]
+        return [r for r in results if r is not None], seconds
+
+
+def server_default_k(url: str) -> int:
+    """The repository's default K (preprocessing's ``default_num_draft_tokens``)."""
+    import tritonclient.grpc as grpcclient
+
+    try:
+        config = grpcclient.InferenceServerClient(url).get_model_config(T.PREPROCESSING, as_json=True)
+    except Exception as exc:  # noqa: BLE001
+        from trt_spec.triton.client import _client_error
+
+        raise _client_error(exc, url) from None
+    return int(config["config"]["parameters"]["default_num_draft_tokens"]["string_value"])
+
+
+def run_server_bench(
+    url: str,
+    config: ServerBenchConfig = ServerBenchConfig(),
+    *,
+    metrics_url: str | None = None,
+    pair=None,
+    progress: Progress | None = None,
+) -> dict:
+    """Benchmark the server at ``url``; returns ``{"rows": [...], "notes": [...]}``.
+
+    ``pair``: a :class:`~trt_spec.speculative.twin.TwinPair` of the same checkpoints; the
+    in-process loop then runs the same prompts (concurrency 1) for comparison.
+
+    Raises:
+        ServerUnreachable, GenerationError: the server cannot be reached or fails a request.
+    """
+    say = progress or (lambda message: None)
+    prompts = prompt_texts(config.num_prompts, config.prompt_chars)
+    ks = config.ks or (server_default_k(url),)
+    concurrencies = sorted({1, config.concurrency})
+    rows, notes = [], []
+    clients = _Clients(url, max(concurrencies))
+    try:
+        warm = clients.clients[0]
+        run_request(warm, prompts[0], max_tokens=8)  # first-request costs (allocations, caches)
+        for temperature in config.temperatures:
+            for k in ks:
+                for concurrency in concurrencies:
+                    rows.append(_run_config(clients, prompts, k, temperature, concurrency, config, metrics_url, pair, say))
+    finally:
+        clients.close()
+    if read_metrics(metrics_url) is None:
+        notes.append(f"no metrics at {metrics_url}: alpha and the loop's time per iteration are not reported")
+    return {"rows": rows, "notes": notes}
+
+
+def _run_config(clients: _Clients, prompts, k, temperature, concurrency, config, metrics_url, pair, say) -> dict:
+    base = {"max_tokens": config.max_new_tokens, "temperature": temperature}
+    spec_tally, plain_tally, local_tally = _Tally(), _Tally(), _Tally()
+    seeds = [config.seed + index for index in range(len(prompts))]
+    breakdown = alpha = None
+    if concurrency == 1:
+        client = clients.clients[0]
+        metrics_spec = metrics_plain = 0.0
+        before = after = None
+        for index, prompt in enumerate(prompts):
+            options = {**base, "seed": seeds[index]} if temperature > 0 else dict(base)
+            # Rotate the order: a slow drift of a shared machine hits every configuration alike.
+            runs = [("spec", k), ("plain", 0)] + ([("local", k)] if pair is not None else [])
+            shift = index % len(runs)
+            for name, num_draft_tokens in runs[shift:] + runs[:shift]:
+                if name == "local":
+                    local_tally.results.append(_run_local(pair, prompt, num_draft_tokens, options))
+                    local_tally.wall_seconds += local_tally.results[-1].seconds
+                    continue
+                tally = spec_tally if name == "spec" else plain_tally
+                if name == "spec":
+                    snapshot = read_metrics(metrics_url)
+                result = run_request(client, prompt, num_draft_tokens=num_draft_tokens, **options)
+                if name == "spec" and snapshot is not None:
+                    later = settled_metrics(metrics_url, snapshot)
+                    if later is not None:
+                        before = _accumulate(before, snapshot, later)
+                tally.results.append(result)
+                tally.wall_seconds += result.seconds
+        if before is not None:
+            breakdown = loop_breakdown({}, before)
+            alpha = _alpha({}, before)
+    else:
+        batches = [("spec", k), ("plain", 0)]
+        for round_index in range(2):
+            for name, num_draft_tokens in (batches if round_index == 0 else batches[::-1]):
+                tally = spec_tally if name == "spec" else plain_tally
+                options = {**base, "num_draft_tokens": num_draft_tokens}
+                if temperature > 0:
+                    options["seed"] = config.seed + round_index
+                snapshot = read_metrics(metrics_url) if name == "spec" else None
+                results, seconds = clients.run_batch(prompts, options)
+                if snapshot is not None:
+                    later = settled_metrics(metrics_url, snapshot, len(prompts))
+                    alpha = _alpha(snapshot, later) if alpha is None else alpha
+                tally.results += results
+                tally.wall_seconds += seconds
+    row = _row(k, temperature, concurrency, spec_tally, plain_tally, alpha)
+    if breakdown is not None:
+        row.update(loop_iteration_ms=breakdown.iteration_ms, engine_ms_per_iteration=breakdown.engine_ms,
+                   loop_overhead_ms_per_iteration=breakdown.overhead_ms, engine_time_source=breakdown.engine_source)
+    if local_tally.results:
+        row.update(inprocess_tokens_per_s=local_tally.tokens_per_s,
+                   server_vs_inprocess=spec_tally.tokens_per_s / local_tally.tokens_per_s if local_tally.tokens_per_s else None,
+                   inprocess_same_tokens=_same_tokens(spec_tally, local_tally, temperature))
+    say(
+        f"K={k} T={temperature:g} concurrency {concurrency}: {row['tokens_per_s']:.1f} tok/s vs plain "
+        f"{row['baseline_tokens_per_s']:.1f} (x{row['speedup']:.2f}), acceptance {row['acceptance_rate']:.3f}"
+        + (f", in-process {row['inprocess_tokens_per_s']:.1f} tok/s (server/in-process {row['server_vs_inprocess']:.3f})"
+           if "inprocess_tokens_per_s" in row else "")
+        + (f", loop overhead {row['loop_overhead_ms_per_iteration']:.2f} ms of {row['loop_iteration_ms']:.2f} ms per iteration"
+           if "loop_overhead_ms_per_iteration" in row else "")
+    )
+    return row
+
+
+def _accumulate(total: dict | None, before: dict, after: dict) -> dict:
+    """Sum of metric deltas over the measured (speculative) requests only."""
+    total = dict(total or {})
+    for name, value in after.items():
+        total[name] = total.get(name, 0.0) + value - before.get(name, 0.0)
+    return total
+
+
+def _same_tokens(server: _Tally, local: _Tally, temperature: float) -> bool | None:
+    if temperature > 0:
+        return None  # sampled: the same distribution, not the same tokens
+    return [r.text for r in server.results] == [r.text for r in local.results]
+
+
+def _run_local(pair, prompt: str, num_draft_tokens: int, options: dict) -> RequestResult:
+    from trt_spec.speculative.loop import GenerationParams
+    from trt_spec.text import IncrementalDetokenizer
+
+    pair.target.reset()
+    pair.draft.reset()
+    ids = list(pair.tokenizer(prompt)["input_ids"])  # as preprocessing encodes it
+    params = GenerationParams(
+        max_new_tokens=options["max_tokens"], temperature=options["temperature"],
+        num_draft_tokens=num_draft_tokens, eos_token_ids=pair.eos_token_ids,
+    )
+    detokenizer = IncrementalDetokenizer(pair.tokenizer)
+    started = time.perf_counter()
+    generation = pair.generate(ids, params, seed=options.get("seed"))
+    first = None
+    text = []
+    for tokens in generation:
+        first = first or time.perf_counter()
+        text.append(detokenizer.push(tokens))
+    seconds = time.perf_counter() - started
+    text.append(detokenizer.flush())
+    stats = generation.stats
+    return RequestResult(
+        tokens=len(generation.output), seconds=seconds, ttft_s=(first or started) - started, itl_s=None,
+        drafted=stats.drafted_tokens, accepted=stats.accepted_tokens, target_calls=stats.target_calls,
+        text="".join(text),
+    )
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _row(k, temperature, concurrency, spec: _Tally, plain: _Tally, alpha) -> dict:
+    drafted = sum(r.drafted for r in spec.results)
+    accepted = sum(r.accepted for r in spec.results)
+    calls = sum(r.target_calls for r in spec.results)
+    ttft, itl = _median(r.ttft_s for r in spec.results), _median(r.itl_s for r in spec.results)
+    return {
+        "k": k,
+        "temperature": temperature,
+        "adaptive": False,
+        "concurrency": concurrency,
+        "tokens_per_s": spec.tokens_per_s,
+        "baseline_tokens_per_s": plain.tokens_per_s,
+        "speedup": spec.tokens_per_s / plain.tokens_per_s if plain.tokens_per_s else None,
+        "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "alpha": alpha,
+        "tokens_per_target_call": spec.tokens / calls if calls else 0.0,
+        "theoretical_tokens_per_target_call": theoretical_tokens_per_call(alpha, k) if alpha is not None else None,
+        "hf_assisted_tokens_per_s": None,
+        "cost_model_speedup": None,
+        "ttft_ms": ttft * 1e3 if ttft is not None else None,
+        "itl_ms": itl * 1e3 if itl is not None else None,
+        "baseline_ttft_ms": _ms(_median(r.ttft_s for r in plain.results)),
+        "baseline_itl_ms": _ms(_median(r.itl_s for r in plain.results)),
+        "requests": len(spec.results),
+        "tokens": spec.tokens,
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
+def write_server_plot(rows: list[dict], path) -> "Path":
+    """Tokens/s (speculative vs plain) and inter-token latency against concurrency, as a PNG.
+
+    Raises:
+        ImportError: matplotlib is not installed (``pip install trt-spec[bench]``).
+    """
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (speed_axis, latency_axis) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    groups = sorted({(row["k"], row["temperature"]) for row in rows})
+    for index, (k, temperature) in enumerate(groups):
+        group = sorted((r for r in rows if (r["k"], r["temperature"]) == (k, temperature)), key=lambda r: r["concurrency"])
+        color = colors[index % len(colors)]
+        label = f"K={k} T={temperature:g}"
+        concurrency = [r["concurrency"] for r in group]
+        speed_axis.plot(concurrency, [r["tokens_per_s"] for r in group], "o-", color=color, label=f"{label} speculative")
+        speed_axis.plot(concurrency, [r["baseline_tokens_per_s"] for r in group], "x--", color=color, label=f"{label} plain")
+        latency_axis.plot(concurrency, [r["itl_ms"] for r in group], "o-", color=color, label=f"{label} speculative")
+        latency_axis.plot(concurrency, [r["baseline_itl_ms"] for r in group], "x--", color=color, label=f"{label} plain")
+    speed_axis.set(xlabel="concurrent requests", ylabel="tokens/s (all requests)", title="Throughput")
+    latency_axis.set(xlabel="concurrent requests", ylabel="ms per token after the first", title="Inter-token latency")
+    for axis in (speed_axis, latency_axis):
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.suptitle("trt-spec through Triton (gRPC streaming)", fontsize=10)
+    figure.tight_layout()
+    path = Path(path)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path

@@ -1,0 +1,332 @@
+"""The loop model's logic: :class:`~trt_spec.speculative.loop.LoopState` driven by async calls to
+the two engine models, by TensorRT-LLM's tensor names, with the streaming window protocol.
+
+Library code without Triton: ``models/tensorrt_llm_bls/model.py`` supplies an
+:class:`EngineClient` (``pb_utils.InferenceRequest(...).async_exec()``), a response sender and the
+cancellation check; tests drive the same code against in-process engines.
+
+Per iteration: the draft engine is asked for K tokens (``request_output_len`` = K; it may return
+fewer, e.g. after ``end_id``), the target for ``request_output_len`` = len(drafts) + 1 with
+``draft_input_ids`` (and ``draft_logits`` when acceptance is probabilistic and the request
+samples); the target's answer is committed to the state. We never send
+``draft_acceptance_threshold``: a threshold makes acceptance inexact. Each engine call gets its
+own seed derived from the request's (:func:`~trt_spec.speculative.loop.call_seed`); a request
+without a seed gets a fresh random one.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from trt_spec.errors import GenerationParamsError
+from trt_spec.speculative.loop import GenerationParams, LoopState, call_seed
+from trt_spec.triton import tensors as T
+from trt_spec.triton.twin_engine import stop_sequences_from_list
+
+_SEED_BITS = 63
+
+
+class EngineCallError(RuntimeError):
+    """An engine model failed or refused a call; the message names the model and says why."""
+
+
+class EngineClient(Protocol):
+    async def infer(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
+        """Run one request on ``model``; the requested outputs by name (absent ones missing).
+
+        Raises:
+            EngineCallError: the model answered with an error.
+        """
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """The loop model's configuration (its config.pbtxt parameters)."""
+
+    target_model: str = T.TARGET
+    draft_model: str = T.DRAFT
+    max_draft_len: int = 4
+    probabilistic: bool = False  # acceptance with draft logits (engines gather generation logits)
+    adaptive_draft: bool = False  # the default when a request does not say
+
+    @classmethod
+    def from_parameters(cls, parameters: Mapping[str, str]) -> LoopSettings:
+        return cls(
+            target_model=parameters.get("target_model", T.TARGET),
+            draft_model=parameters.get("draft_model", T.DRAFT),
+            max_draft_len=int(parameters["max_draft_len"]),
+            probabilistic=parameters.get("acceptance", "greedy") == "probabilistic",
+            adaptive_draft=parameters.get("adaptive_draft", "false") == "true",
+        )
+
+
+@dataclass(frozen=True)
+class LoopRequest:
+    """One request of the loop model, from preprocessing's tensors (defaults already resolved)."""
+
+    prompt: list[int]
+    params: GenerationParams
+    end_id: int
+    pad_id: int
+    seed: int
+    stream: bool
+
+
+def _value(inputs: Mapping[str, np.ndarray], name: str):
+    array = inputs.get(name)
+    return None if array is None else array.reshape(-1)[0].item()
+
+
+def read_loop_request(inputs: Mapping[str, np.ndarray], settings: LoopSettings) -> LoopRequest:
+    """The loop model's inputs (each ``[1, ...]``) -> a :class:`LoopRequest`.
+
+    Raises:
+        GenerationParamsError: a value the loop cannot run with (preprocessing checks the rest).
+    """
+    missing = [t.name for t in T.PREPROCESSING_OUTPUTS if t.name not in inputs]
+    if missing:
+        raise GenerationParamsError(f"the loop model needs {', '.join(missing)} (preprocessing's outputs)")
+    input_ids = inputs[T.INPUT_IDS.name].reshape(-1)
+    length = int(_value(inputs, "input_lengths"))
+    end_id = int(_value(inputs, "end_id"))
+    num_draft_tokens = int(_value(inputs, "num_draft_tokens"))
+    if num_draft_tokens > settings.max_draft_len:
+        raise GenerationParamsError(
+            f"num_draft_tokens must be at most the target engine's max_draft_len {settings.max_draft_len}; "
+            f"got {num_draft_tokens}"
+        )
+    adaptive = _value(inputs, T.ADAPTIVE_DRAFT.name)
+    adaptive = settings.adaptive_draft if adaptive is None else bool(adaptive)
+    stop_words = inputs.get("stop_words_list")
+    params = GenerationParams(
+        max_new_tokens=int(_value(inputs, "request_output_len")),
+        temperature=float(_value(inputs, "temperature")),
+        top_k=int(_value(inputs, "runtime_top_k")),
+        top_p=float(_value(inputs, "runtime_top_p")),
+        num_draft_tokens=num_draft_tokens,
+        adaptive_draft=adaptive and num_draft_tokens > 0,
+        eos_token_ids=frozenset({end_id}),
+        stop_sequences=stop_sequences_from_list(None if stop_words is None else stop_words[0]),
+    )
+    seed = _value(inputs, T.SEED.name)
+    return LoopRequest(
+        prompt=[int(token) for token in input_ids[:length]],
+        params=params,
+        end_id=end_id,
+        pad_id=int(_value(inputs, "pad_id")),
+        seed=random.SystemRandom().getrandbits(_SEED_BITS) if seed is None else int(seed),
+        stream=bool(_value(inputs, "streaming")),
+    )
+
+
+# --- TensorRT-LLM engine requests --------------------------------------------------------------
+
+
+def _scalar(value, dtype) -> np.ndarray:
+    return np.array([[value]], dtype=dtype)  # [batch 1, 1]
+
+
+def engine_inputs(
+    request: LoopRequest,
+    sequence: Sequence[int],
+    request_output_len: int,
+    seed: int,
+    *,
+    draft_tokens: Sequence[int] = (),
+    draft_logits: np.ndarray | None = None,
+    return_logits: bool = False,
+    end_id: bool = False,
+) -> dict[str, np.ndarray]:
+    """One engine call's inputs by TensorRT-LLM name: only what the call needs, since every
+    tensor costs a shared-memory copy on each hop of a BLS call (~40 us each on a CPU).
+
+    Greedy sends no sampling inputs (both TensorRT-LLM and the twin decode greedily without
+    them); sampling sends temperature, top-k, top-p and the call's seed. ``end_id`` goes to the
+    draft, so it stops drafting at the end of the sequence; the loop itself ends the request at
+    EOS, whatever the target returns after it. ``exclude_input_in_output`` is the engine models'
+    configured default (the tensorrtllm configs set it; the twin's default is the same)."""
+    inputs = {
+        T.INPUT_IDS.name: np.array([sequence], dtype=np.int32),  # [1, L]
+        T.INPUT_LENGTHS.name: _scalar(len(sequence), np.int32),
+        T.REQUEST_OUTPUT_LEN.name: _scalar(request_output_len, np.int32),
+    }
+    if end_id:
+        inputs[T.END_ID.name] = _scalar(request.end_id, np.int32)
+    sampling = request.params.sampling
+    if not sampling.greedy:
+        inputs[T.ENGINE_TEMPERATURE.name] = _scalar(sampling.temperature, np.float32)
+        inputs[T.RUNTIME_TOP_K.name] = _scalar(sampling.top_k, np.int32)
+        inputs[T.RUNTIME_TOP_P.name] = _scalar(sampling.top_p, np.float32)
+        inputs[T.ENGINE_SEED.name] = _scalar(seed, np.uint64)
+    if draft_tokens:
+        inputs[T.DRAFT_INPUT_IDS.name] = np.array([list(draft_tokens)], dtype=np.int32)  # [1, k]
+        if draft_logits is not None:
+            inputs[T.DRAFT_LOGITS.name] = draft_logits[np.newaxis]  # [1, k, V]
+    if return_logits:
+        inputs[T.RETURN_GENERATION_LOGITS.name] = _scalar(True, bool)
+    return inputs
+
+
+def output_tokens(outputs: Mapping[str, np.ndarray], model: str) -> list[int]:
+    """The generated tokens of an engine answer: ``output_ids[0, 0, :sequence_length]``."""
+    ids = outputs.get(T.OUTPUT_IDS.name)
+    if ids is None:
+        raise EngineCallError(f"{model} returned no output_ids")
+    ids = ids.reshape(-1) if ids.ndim < 3 else ids[0, 0]
+    lengths = outputs.get(T.SEQUENCE_LENGTH.name)
+    length = ids.shape[0] if lengths is None else min(int(lengths.reshape(-1)[0]), ids.shape[0])
+    return ids[:length].tolist()
+
+
+# --- the driver --------------------------------------------------------------------------------
+
+
+@dataclass
+class LoopTimes:
+    """Where one request's time went, in seconds, for the loop's overhead metrics."""
+
+    iterations: int = 0
+    loop_seconds: float = 0.0  # whole iterations: engine calls, bookkeeping, sending the response
+    engine_wait_seconds: float = 0.0  # awaiting the engine models
+    per_iteration: list[float] = field(default_factory=list)
+
+
+class Cancelled(Exception):
+    """The client cancelled the request (e.g. it disconnected)."""
+
+
+def new_state(request: LoopRequest) -> LoopState:
+    return LoopState(request.prompt, request.params)
+
+
+async def run_loop(
+    request: LoopRequest,
+    settings: LoopSettings,
+    engines: EngineClient,
+    *,
+    state: LoopState | None = None,
+    on_tokens: Callable[[LoopState, list[int]], Awaitable[None] | None] | None = None,
+    is_cancelled: Callable[[], bool] = lambda: False,
+    times: LoopTimes | None = None,
+) -> LoopState:
+    """Run one request to the end; returns its finished :class:`LoopState` (``state``, when
+    given: :func:`new_state` made by the caller, who then sees its statistics even on failure).
+
+    ``on_tokens(state, new_tokens)`` is called after every step that emitted tokens (it may be
+    a coroutine function). ``is_cancelled`` is checked before every step.
+
+    Raises:
+        Cancelled: ``is_cancelled()`` became true; no engine is called after that.
+        EngineCallError: an engine model failed.
+    """
+    state = state if state is not None else new_state(request)
+    times = times if times is not None else LoopTimes()
+    want_logits = settings.probabilistic and not request.params.sampling.greedy
+    clock = time.perf_counter
+    call_index = 0
+    while not state.finished:
+        if is_cancelled():
+            raise Cancelled()
+        started = clock()
+        num_draft_tokens = state.next_num_draft_tokens()
+        draft_tokens: list[int] = []
+        draft_logits = None
+        if num_draft_tokens > 0:
+            outputs = await engines.infer(
+                settings.draft_model,
+                engine_inputs(request, state.sequence, num_draft_tokens, call_seed(request.seed, call_index),
+                              return_logits=want_logits, end_id=True),
+                _requested(want_logits),
+            )
+            draft_tokens = output_tokens(outputs, settings.draft_model)[:num_draft_tokens]
+            if want_logits and draft_tokens:
+                draft_logits = _draft_logits(outputs, len(draft_tokens), settings.draft_model)
+        call_index += 1
+        drafted = clock()
+        outputs = await engines.infer(
+            settings.target_model,
+            engine_inputs(request, state.sequence, len(draft_tokens) + 1, call_seed(request.seed, call_index),
+                          draft_tokens=draft_tokens, draft_logits=draft_logits),
+            _requested(False),
+        )
+        call_index += 1
+        verified = clock()
+        new_tokens = state.commit(draft_tokens, output_tokens(outputs, settings.target_model),
+                                  drafted - started, verified - drafted)
+        if new_tokens and on_tokens is not None:
+            sent = on_tokens(state, new_tokens)
+            if sent is not None:
+                await sent
+        finished = clock()
+        times.iterations += 1
+        times.loop_seconds += finished - started
+        times.engine_wait_seconds += verified - started
+        times.per_iteration.append(finished - started)
+    return state
+
+
+def _requested(logits: bool) -> list[str]:
+    # Not sequence_length: with one beam and exclude_input_in_output, output_ids holds exactly the
+    # new tokens (any padding after end_id would end the request at that end_id anyway), and
+    # each tensor costs a shared-memory copy per hop.
+    names = [T.OUTPUT_IDS.name]
+    return names + [T.GENERATION_LOGITS.name] if logits else names
+
+
+def _draft_logits(outputs: Mapping[str, np.ndarray], num_tokens: int, model: str) -> np.ndarray:
+    logits = outputs.get(T.GENERATION_LOGITS.name)
+    if logits is None:
+        raise EngineCallError(
+            f"{model} returned no generation_logits; probabilistic acceptance needs engines built with "
+            "--gather_generation_logits"
+        )
+    rows = logits.reshape(-1, logits.shape[-1])  # [beam x tokens, V]
+    if rows.shape[0] < num_tokens:
+        raise EngineCallError(f"{model} returned {rows.shape[0]} generation_logits rows for {num_tokens} tokens")
+    return np.ascontiguousarray(rows[:num_tokens], dtype=np.float32)  # [k, V]
+
+
+# --- responses: the streaming window protocol (tensors.py) -------------------------------------
+
+
+class ResponseWindows:
+    """The loop's side of the streaming-safe detokenization protocol documented in
+    :mod:`trt_spec.triton.tensors`: each response's ``output_ids`` window and ``num_context_tokens``."""
+
+    def __init__(self) -> None:
+        self.sent = 0  # tokens covered by earlier responses
+
+    def next(self, output: Sequence[int]) -> tuple[list[int], int]:
+        start = T.window_start(self.sent)
+        window, context = list(output[start:]), self.sent - start
+        self.sent = len(output)
+        return window, context
+
+
+def new_request_key() -> int:
+    """A key naming one running request of the loop model (see ``tensors.py`` on cancellation)."""
+    return random.SystemRandom().getrandbits(_SEED_BITS)
+
+
+def response_arrays(
+    state: LoopState, window: Sequence[int], num_context_tokens: int, is_final: bool, request_key: int = 0
+) -> dict[str, np.ndarray]:
+    """The loop model's output tensors for one response (batch dimension 1)."""
+    stats = state.stats
+    return {
+        T.LOOP_OUTPUT_IDS.name: np.array([list(window)], dtype=np.int32).reshape(1, len(window)),
+        T.NUM_CONTEXT_TOKENS.name: _scalar(num_context_tokens, np.int32),
+        T.IS_FINAL.name: _scalar(is_final, bool),
+        T.REQUEST_KEY.name: _scalar(request_key, np.uint64),
+        T.TOTAL_DRAFT_TOKENS.name: _scalar(stats.drafted_tokens, np.int32),
+        T.TOTAL_ACCEPTED_DRAFT_TOKENS.name: _scalar(stats.accepted_tokens, np.int32),
+        T.ACCEPTANCE_RATE.name: _scalar(stats.acceptance_rate, np.float32),
+        T.NUM_TARGET_CALLS.name: _scalar(stats.target_calls, np.int32),
+        T.NUM_OUTPUT_TOKENS.name: _scalar(len(state.output), np.int32),
+    }

@@ -1,0 +1,261 @@
+"""Triton python model ``tensorrt_llm_bls``: the draft -> verify loop (decoupled, async).
+
+Each request runs as its own coroutine (:func:`trt_spec.triton.bls.run_loop`), awaiting the two
+engine models through ``pb_utils.InferenceRequest(...).async_exec()``, so requests interleave and
+the engines can batch them. Every step that emits tokens is streamed as one response (the window
+protocol of :mod:`trt_spec.triton.tensors`, so postprocessing stays streaming-safe) carrying the
+running totals; with ``stream`` false one response carries the whole completion. A cancelled
+request stops before its next engine call: cancelled directly, or through the ensemble, where
+postprocessing relays the cancellation back with the request's key (see ``tensors.py``). A failing request ends with one short error line and
+the others go on. Prometheus metrics (python-backend custom metrics) are updated per request.
+Responses, cancellation checks and metric updates (each an IPC round trip) run on one worker
+thread, off the loop's path from one engine call to the next.
+
+Imports ``trt_spec`` from the copy the repository writer puts beside this file (the code that
+wrote the repository), else from the installed package.
+"""
+
+import asyncio
+import concurrent.futures
+import json
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+if (_HERE / "trt_spec").is_dir():
+    sys.path.insert(0, str(_HERE))
+
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+from trt_spec.errors import GenerationParamsError  # noqa: E402
+from trt_spec.triton import bls  # noqa: E402
+from trt_spec.triton import tensors as T  # noqa: E402
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class TritonEngineClient:
+    """:class:`trt_spec.triton.bls.EngineClient` over BLS calls to the engine models.
+
+    With several requests running, each call is ``await async_exec()``, so they overlap and the
+    engines see them together. A request running alone calls ``exec()`` instead: it blocks the
+    event loop, which has nothing else to do, and skips async_exec's hop through a thread pool
+    (~0.3 ms a call on a CPU); before each call it yields once, so a request arriving meanwhile
+    (or a relayed cancellation) starts after the current call at the latest.
+    """
+
+    def __init__(self):
+        self.active = 0  # generation requests running in this model instance
+
+    async def infer(self, model, inputs, outputs):
+        request = pb_utils.InferenceRequest(
+            model_name=model,
+            inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
+            requested_output_names=list(outputs),
+        )
+        if self.active <= 1:
+            await asyncio.sleep(0)  # let arrivals (a new request, a relayed cancellation) start
+            response = request.exec()
+        else:
+            response = await request.async_exec()
+        if response.has_error():
+            raise bls.EngineCallError(f"{model}: {response.error().message()}".splitlines()[0])
+        result = {}
+        for name in outputs:
+            tensor = pb_utils.get_output_tensor_by_name(response, name)
+            if tensor is not None:
+                result[name] = tensor.as_numpy()
+        return result
+
+
+class LoopMetrics:
+    """Counters and gauges on Triton's metrics port; the families live as long as the model."""
+
+    COUNTERS = {
+        "iterations": ("trt_spec_loop_iterations_total", "Draft -> verify iterations of the loop model"),
+        "target_calls": ("trt_spec_loop_target_calls_total", "Target engine calls of the loop model"),
+        "draft_tokens": ("trt_spec_loop_draft_tokens_total", "Draft tokens proposed"),
+        "accepted": ("trt_spec_loop_accepted_draft_tokens_total", "Draft tokens the target accepted"),
+        "rejections": ("trt_spec_loop_rejections_total", "Iterations that ended on a rejected draft"),
+        "output_tokens": ("trt_spec_loop_output_tokens_total", "Tokens generated"),
+        "loop_seconds": ("trt_spec_loop_iteration_seconds_total", "Seconds of loop iterations (engine calls included)"),
+        "engine_wait_seconds": ("trt_spec_loop_engine_wait_seconds_total", "Seconds the loop awaited engine models"),
+    }
+    OUTCOMES = ("finished", "cancelled", "failed")
+
+    def __init__(self, model: str):
+        labels = {"model": model}
+        kind = pb_utils.MetricFamily
+        self.families = {
+            key: pb_utils.MetricFamily(name=name, description=text, kind=kind.COUNTER)
+            for key, (name, text) in self.COUNTERS.items()
+        }
+        self.counters = {key: family.Metric(labels=labels) for key, family in self.families.items()}
+        self.families["requests"] = pb_utils.MetricFamily(
+            name="trt_spec_loop_requests_total", description="Requests of the loop model by outcome", kind=kind.COUNTER)
+        self.requests = {outcome: self.families["requests"].Metric(labels={**labels, "outcome": outcome})
+                         for outcome in self.OUTCOMES}
+        self.families["acceptance_rate"] = pb_utils.MetricFamily(
+            name="trt_spec_loop_acceptance_rate", description="Accepted / drafted tokens since the model loaded",
+            kind=kind.GAUGE)
+        self.families["tokens_per_target_call"] = pb_utils.MetricFamily(
+            name="trt_spec_loop_tokens_per_target_call", description="Generated tokens per target call since the model loaded",
+            kind=kind.GAUGE)
+        self.acceptance_rate = self.families["acceptance_rate"].Metric(labels=labels)
+        self.tokens_per_target_call = self.families["tokens_per_target_call"].Metric(labels=labels)
+        self.totals = dict.fromkeys(self.COUNTERS, 0.0)
+
+    def record(self, outcome: str, state, times: bls.LoopTimes) -> None:
+        stats = state.stats if state is not None else None
+        values = {
+            "iterations": times.iterations,
+            "target_calls": stats.target_calls if stats else 0,
+            "draft_tokens": stats.drafted_tokens if stats else 0,
+            "accepted": stats.accepted_tokens if stats else 0,
+            "rejections": stats.rejections if stats else 0,
+            "output_tokens": stats.emitted_tokens if stats else 0,
+            "loop_seconds": times.loop_seconds,
+            "engine_wait_seconds": times.engine_wait_seconds,
+        }
+        for key, value in values.items():
+            if value:
+                self.counters[key].increment(value)
+                self.totals[key] += value
+        self.requests[outcome].increment(1)
+        if self.totals["draft_tokens"]:
+            self.acceptance_rate.set(self.totals["accepted"] / self.totals["draft_tokens"])
+        if self.totals["target_calls"]:
+            self.tokens_per_target_call.set(self.totals["output_tokens"] / self.totals["target_calls"])
+
+
+class ResponseSender:
+    """Sends the responses of every request from one worker thread, in order, so the loop goes
+    on to its next engine call while a response travels (a send blocks ~0.25 ms on a CPU). After
+    each send the worker asks whether the request was cancelled, so that check (an IPC round
+    trip too) is also off the loop's path; the loop reads the answer from ``cancelled``."""
+
+    def __init__(self, cancelled: dict):
+        self.cancelled = cancelled
+        self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="trt-spec-send")
+
+    def send(self, request, sender, response, key, final: bool = False) -> None:
+        """``response``: an InferenceResponse, a dict of output arrays (made into one by the
+        worker), or None (only the final flag)."""
+        self.worker.submit(self._send, request, sender, response, key, final)
+
+    def _send(self, request, sender, response, key, final: bool) -> None:
+        try:
+            if isinstance(response, dict):
+                response = pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor(name, array) for name, array in response.items()])
+            if response is None:
+                sender.send(flags=FINAL)
+            else:
+                sender.send(response, flags=FINAL if final else 0)
+            if not final and key in self.cancelled and request.is_cancelled():
+                self.cancelled[key] = True
+        except Exception as exc:  # noqa: BLE001 - the client may be gone; nothing to tell it
+            pb_utils.Logger.log_warn(f"{T.LOOP}: could not send a response: {type(exc).__name__}: {exc}")
+
+    def close(self) -> None:
+        self.worker.shutdown(wait=True)
+
+
+def _error_response(message: str):
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+        self.name = config["name"]
+        self.settings = bls.LoopSettings.from_parameters(parameters)
+        self.engines = TritonEngineClient()
+        self.metrics = LoopMetrics(self.name)
+        self.input_names = [tensor.name for tensor in T.LOOP_INPUTS]
+        self.cancelled = {}  # request key -> cancelled, for the requests running now
+        self.responses = ResponseSender(self.cancelled)
+        self.tasks = set()  # the requests running now
+
+    def finalize(self):
+        self.responses.close()
+
+    async def execute(self, requests):
+        # One task per request, and return at once: the stub hands this instance its next
+        # requests only when execute() returns, so awaiting them here would serialise requests.
+        loop = asyncio.get_running_loop()
+        for request in requests:
+            task = loop.create_task(self._serve(request))
+            self.tasks.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(self.tasks.discard)
+        return None
+
+    async def _serve(self, request):
+        sender = request.get_response_sender()
+        cancel = pb_utils.get_input_tensor_by_name(request, T.CANCEL_REQUEST_KEY.name)
+        if cancel is not None:  # postprocessing relays a client's cancellation (tensors.py)
+            key = int(cancel.as_numpy().reshape(-1)[0])
+            if key in self.cancelled:
+                self.cancelled[key] = True
+            self.responses.send(request, sender, None, key, final=True)
+            return
+        key = bls.new_request_key()
+        self.cancelled[key] = False
+        self.engines.active += 1
+        try:
+            await self._generate(request, sender, key)
+        finally:
+            self.engines.active -= 1
+            del self.cancelled[key]
+
+    async def _generate(self, request, sender, key):
+        times = bls.LoopTimes()
+        state = None
+
+        def respond(arrays, final):
+            self.responses.send(request, sender, arrays, key, final)
+
+        try:
+            inputs = {}
+            for name in self.input_names:
+                tensor = pb_utils.get_input_tensor_by_name(request, name)
+                if tensor is not None:
+                    inputs[name] = tensor.as_numpy()
+            loop_request = bls.read_loop_request(inputs, self.settings)
+            state = bls.new_state(loop_request)
+            windows = bls.ResponseWindows()
+            final_sent = False
+
+            def stream(current, new_tokens):
+                nonlocal final_sent
+                window, context = windows.next(current.output)
+                respond(bls.response_arrays(current, window, context, current.finished, key), current.finished)
+                final_sent = current.finished
+
+            def cancelled():
+                # Streaming: the sender checks request.is_cancelled() after every response it sends.
+                return self.cancelled[key] or (not loop_request.stream and request.is_cancelled())
+
+            await bls.run_loop(
+                loop_request, self.settings, self.engines, state=state,
+                on_tokens=stream if loop_request.stream else None, is_cancelled=cancelled, times=times,
+            )
+            outcome = "finished"
+        except bls.Cancelled:
+            # The client is gone. A plain last response, not an error: Triton 2.51 never completes
+            # a cancelled ensemble request whose decoupled step ends with an error.
+            outcome = "cancelled"
+        except (GenerationParamsError, bls.EngineCallError) as exc:
+            self.responses.send(request, sender, _error_response(str(exc)), key, True)
+            self.responses.worker.submit(self.metrics.record, "failed", state, times)
+            return
+        except Exception as exc:  # noqa: BLE001 - one short line to the client, never a traceback
+            message = f"{self.name} failed: {type(exc).__name__}: {exc}".splitlines()[0]
+            self.responses.send(request, sender, _error_response(message), key, True)
+            self.responses.worker.submit(self.metrics.record, "failed", state, times)
+            return
+        if not final_sent:
+            window, context = windows.next(state.output) if loop_request.stream else (state.output, 0)
+            respond(bls.response_arrays(state, window, context, True, key), True)
+        self.responses.worker.submit(self.metrics.record, outcome, state, times)

@@ -1,0 +1,279 @@
+"""The torch flavor's engine models: TensorRT-LLM's tensor interface over the PyTorch twin.
+
+``tensorrt_llm`` (target) and ``tensorrt_llm_draft`` take and return what TensorRT-LLM 1.2.x's
+C++ backend does (names and shapes in :mod:`trt_spec.triton.tensors`), so one loop model serves
+both flavors:
+
+- the **draft** generates up to ``request_output_len`` tokens (stopping after ``end_id``) and,
+  with ``return_generation_logits``, returns the raw logits each token was drawn from;
+- the **target**, given ``draft_input_ids``, scores the sequence plus all drafts in ONE forward
+  pass and returns the accepted drafts plus one token, as TensorRT-LLM's external-draft-tokens
+  mode does: with ``draft_logits`` by rejection sampling (probabilistic acceptance), without them
+  by token matching (greedy at temperature 0). Without drafts it decodes up to
+  ``request_output_len`` tokens.
+
+Sampling follows TensorRT-LLM's inputs: greedy when ``runtime_top_k`` is 1, ``temperature`` is 0,
+or none of ``temperature``/``runtime_top_k``/``runtime_top_p`` is sent (its default); otherwise
+temperature (default 1), top-k (0 = off) and top-p (0 or 1 = off) are applied by
+:func:`~trt_spec.speculative.sampling.probabilities`, exactly as the in-process twin does.
+``seed`` seeds one ``torch.Generator`` per call; without it each call draws fresh randomness.
+
+There is no session key: KV caches are reused by token prefix (:class:`PrefixCachePool`).
+Library code, without Triton: the model file (``models/torch_engine/model.py``) only moves
+tensors in and out. One request at a time; requests are batch size 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from trt_spec.speculative.prefix_cache import PrefixCachePool
+from trt_spec.speculative.sampling import (
+    SamplingParams,
+    greedy_verify,
+    probabilities,
+    rejection_sample,
+    sample,
+    token_match_verify,
+)
+from trt_spec.speculative.torch_engine import TorchCausalLM
+from trt_spec.triton import tensors as T
+
+ROLES = ("target", "draft")
+
+
+class EngineRequestError(ValueError):
+    """A request the engine model refuses; the message goes to the caller as it is (one line)."""
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One request to an engine model, read from TensorRT-LLM's tensors."""
+
+    sequence: list[int]
+    request_output_len: int
+    draft_tokens: list[int]
+    draft_logits: torch.Tensor | None  # [k, V], raw
+    end_id: int | None
+    sampling: SamplingParams
+    seed: int | None
+    return_generation_logits: bool
+    exclude_input_in_output: bool
+    stop_sequences: tuple[tuple[int, ...], ...]
+
+
+def _value(inputs: Mapping[str, np.ndarray], name: str):
+    """A scalar input's value (any shape holding one element), or None when absent."""
+    array = inputs.get(name)
+    if array is None:
+        return None
+    if array.size != 1:
+        raise EngineRequestError(f"{name} must hold one value; got shape {list(array.shape)}")
+    return array.reshape(-1)[0].item()
+
+
+def _row(inputs: Mapping[str, np.ndarray], name: str) -> np.ndarray | None:
+    """The one request's row of a ``[1, ...]`` batched input, or None when absent."""
+    array = inputs.get(name)
+    if array is None:
+        return None
+    if array.ndim == 0 or array.shape[0] != 1:
+        raise EngineRequestError(f"send one sequence per request ({name} of shape [1, ...]); got shape {list(array.shape)}")
+    return array[0]
+
+
+def stop_sequences_from_list(stop_words_list: np.ndarray | None) -> tuple[tuple[int, ...], ...]:
+    """TensorRT-LLM's ``[2, L]`` stop-word format (flat ids; end offsets padded with -1) -> token tuples."""
+    if stop_words_list is None:
+        return ()
+    ids, offsets = stop_words_list.reshape(2, -1).tolist()
+    words, start = [], 0
+    for end in offsets:
+        if end < 0:
+            break
+        if end > start:
+            words.append(tuple(ids[start:end]))
+        start = end
+    return tuple(words)
+
+
+def sampling_from_inputs(inputs: Mapping[str, np.ndarray]) -> SamplingParams:
+    """TensorRT-LLM's sampling inputs -> :class:`SamplingParams` (greedy = temperature 0).
+
+    Raises:
+        EngineRequestError: a value out of range.
+    """
+    temperature = _value(inputs, T.ENGINE_TEMPERATURE.name)
+    top_k = _value(inputs, T.RUNTIME_TOP_K.name)
+    top_p = _value(inputs, T.RUNTIME_TOP_P.name)
+    if (temperature is None and top_k is None and top_p is None) or top_k == 1 or temperature == 0:
+        return SamplingParams()
+    temperature = 1.0 if temperature is None else float(temperature)
+    top_k = 0 if top_k is None else int(top_k)
+    top_p = 1.0 if top_p is None or top_p == 0 else float(top_p)
+    try:
+        return SamplingParams(temperature, top_k, top_p)
+    except ValueError as exc:
+        raise EngineRequestError(str(exc)) from None
+
+
+def read_request(inputs: Mapping[str, np.ndarray], role: str) -> EngineRequest:
+    """Parse one request's tensors (each with its batch dimension of 1).
+
+    Raises:
+        EngineRequestError: a missing or malformed input, or one the role does not take.
+    """
+    input_ids = _row(inputs, T.INPUT_IDS.name)
+    if input_ids is None:
+        raise EngineRequestError("input_ids is required")
+    length = _value(inputs, T.INPUT_LENGTHS.name)
+    length = input_ids.shape[-1] if length is None else int(length)
+    if not 1 <= length <= input_ids.shape[-1]:
+        raise EngineRequestError(f"input_lengths must be in 1..{input_ids.shape[-1]} (the input_ids given); got {length}")
+    output_len = _value(inputs, T.REQUEST_OUTPUT_LEN.name)
+    if output_len is None or output_len < 1:
+        raise EngineRequestError(f"request_output_len must be >= 1; got {output_len}")
+    beam_width = _value(inputs, T.BEAM_WIDTH.name)
+    if beam_width not in (None, 1):
+        raise EngineRequestError(f"beam_width must be 1 (speculative decoding does not beam-search); got {beam_width}")
+    if _value(inputs, T.STREAMING.name):
+        raise EngineRequestError("streaming is not supported by the engine models; the loop model streams")
+    draft_ids = _row(inputs, T.DRAFT_INPUT_IDS.name)
+    draft_logits = _row(inputs, T.DRAFT_LOGITS.name)
+    if role == "draft" and (draft_ids is not None or draft_logits is not None):
+        raise EngineRequestError("the draft engine takes no draft_input_ids or draft_logits")
+    draft_tokens = [] if draft_ids is None else [int(token) for token in draft_ids.reshape(-1)]
+    logits = None
+    if draft_logits is not None and draft_tokens:
+        if draft_logits.ndim != 2 or draft_logits.shape[0] != len(draft_tokens):
+            raise EngineRequestError(
+                f"draft_logits must be [{len(draft_tokens)}, vocab] for {len(draft_tokens)} draft_input_ids; "
+                f"got {list(draft_logits.shape)}"
+            )
+        logits = torch.from_numpy(np.ascontiguousarray(draft_logits, dtype=np.float32))
+    end_id = _value(inputs, T.END_ID.name)
+    seed = _value(inputs, T.ENGINE_SEED.name)
+    exclude = _value(inputs, T.EXCLUDE_INPUT_IN_OUTPUT.name)
+    return EngineRequest(
+        sequence=[int(token) for token in input_ids[:length]],
+        request_output_len=int(output_len),
+        draft_tokens=draft_tokens,
+        draft_logits=logits,
+        end_id=None if end_id is None else int(end_id),
+        sampling=sampling_from_inputs(inputs),
+        seed=None if seed is None else int(seed),
+        return_generation_logits=bool(_value(inputs, T.RETURN_GENERATION_LOGITS.name)),
+        exclude_input_in_output=True if exclude is None else bool(exclude),
+        stop_sequences=stop_sequences_from_list(_row(inputs, T.STOP_WORDS_LIST.name)),
+    )
+
+
+class TwinEngine:
+    """One engine model (``role`` target or draft) over a :class:`TorchCausalLM`.
+
+    ``cache_slots``: sequences whose KV caches are kept (the repository's max_batch_size);
+    ``max_draft_len``: the longest draft a target verifies; ``max_seq_len``: prompt + output limit.
+    """
+
+    def __init__(self, engine: TorchCausalLM, role: str, *, max_draft_len: int, max_seq_len: int, cache_slots: int):
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
+        self.role = role
+        self.max_draft_len = max_draft_len
+        self.max_seq_len = max_seq_len
+        self.vocab_size = engine.vocab_size
+        self.pool = PrefixCachePool(engine, cache_slots, max_divergence=max_draft_len + 1)
+
+    def execute(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One request's outputs (with the batch dimension), by TensorRT-LLM output name.
+
+        Raises:
+            EngineRequestError: a malformed request, or one over the engine's limits.
+        """
+        request = read_request(inputs, self.role)
+        if len(request.draft_tokens) > self.max_draft_len:
+            raise EngineRequestError(
+                f"{len(request.draft_tokens)} draft_input_ids exceed the engine's max_draft_len {self.max_draft_len}"
+            )
+        if len(request.sequence) + request.request_output_len > self.max_seq_len:
+            raise EngineRequestError(
+                f"input ({len(request.sequence)} tokens) + request_output_len ({request.request_output_len}) "
+                f"exceeds the engine's max_seq_len {self.max_seq_len}"
+            )
+        generator = torch.Generator()
+        if request.seed is None:
+            generator.seed()  # fresh, non-deterministic randomness
+        else:
+            generator.manual_seed(request.seed)
+        if request.draft_tokens:
+            tokens, logits = self._verify(request, generator)
+        else:
+            tokens, logits = self._decode(request, generator)
+        return self._outputs(request, tokens, logits)
+
+    # --- the two kinds of call ---------------------------------------------------------------
+
+    def _decode(self, request: EngineRequest, generator: torch.Generator) -> tuple[list[int], list[torch.Tensor]]:
+        """Up to request_output_len tokens one at a time (a draft, or plain target decoding)."""
+        context = list(request.sequence)
+        engine = self.pool.engine_for(context)
+        tokens: list[int] = []
+        kept_logits: list[torch.Tensor] = []
+        for _ in range(request.request_output_len):
+            logits = engine.logits(context, 1)  # [1, V]
+            if request.sampling.greedy:
+                token = int(logits.argmax())
+            else:
+                token = int(sample(probabilities(logits, request.sampling), generator))
+            if request.return_generation_logits:
+                kept_logits.append(logits)
+            tokens.append(token)
+            context.append(token)
+            if self._ends(tokens, request):
+                break
+        return tokens, kept_logits
+
+    def _verify(self, request: EngineRequest, generator: torch.Generator) -> tuple[list[int], list[torch.Tensor]]:
+        """One forward pass over the sequence plus all drafts; accepted drafts plus one token."""
+        drafts = request.draft_tokens
+        sequence = request.sequence + drafts
+        engine = self.pool.engine_for(sequence)
+        # Row i scores draft i's position; row k is the bonus position.
+        target_logits = engine.logits(sequence, len(drafts) + 1)  # [k + 1, V]
+        sampling = request.sampling
+        if sampling.greedy:
+            emitted = greedy_verify(drafts, target_logits)
+        else:
+            target_probs = probabilities(target_logits, sampling)  # [k + 1, V]
+            if request.draft_logits is not None:
+                draft_probs = probabilities(request.draft_logits, sampling)  # [k, V]
+                emitted = rejection_sample(drafts, draft_probs, target_probs, generator)
+            else:
+                emitted = token_match_verify(drafts, target_probs, generator)
+        emitted = emitted[: request.request_output_len]
+        for index in range(1, len(emitted) + 1):
+            if self._ends(emitted[:index], request):
+                emitted = emitted[:index]
+                break
+        kept_logits = list(target_logits[: len(emitted)]) if request.return_generation_logits else []
+        return emitted, kept_logits
+
+    def _ends(self, tokens: list[int], request: EngineRequest) -> bool:
+        if request.end_id is not None and tokens[-1] == request.end_id:
+            return True
+        return any(len(tokens) >= len(stop) and tuple(tokens[-len(stop):]) == stop for stop in request.stop_sequences)
+
+    def _outputs(self, request: EngineRequest, tokens: list[int], logits: list[torch.Tensor]) -> dict[str, np.ndarray]:
+        ids = tokens if request.exclude_input_in_output else request.sequence + tokens
+        outputs = {
+            T.OUTPUT_IDS.name: np.array([[ids]], dtype=np.int32),  # [batch 1, beam 1, n]
+            T.SEQUENCE_LENGTH.name: np.array([[len(ids)]], dtype=np.int32),  # [batch 1, beam 1]
+        }
+        if request.return_generation_logits:
+            rows = torch.stack(logits) if logits else torch.zeros(0, self.vocab_size)
+            outputs[T.GENERATION_LOGITS.name] = rows.reshape(1, 1, len(logits), self.vocab_size).numpy().astype(np.float32)
+        return outputs
