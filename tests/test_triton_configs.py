@@ -242,3 +242,31 @@ def test_write_config_is_atomic_and_round_trips(demo_spec, tmp_path):
     assert path == tmp_path / T.POSTPROCESSING / "config.pbtxt"
     assert configs.read_config(path) == config
     assert [p.name for p in path.parent.iterdir()] == ["config.pbtxt"]  # no temp file left
+
+
+def test_torch_flavor_runtime_options_reach_the_configs(demo_spec):
+    plan = make_plan(demo_spec)
+    settings = configs.settings_from_plan(plan, flavor="torch", torch_threads=2, adaptive_draft=True)
+    models = configs.all_configs(settings)
+    for name in (T.TARGET, T.DRAFT):
+        params = _params(models[name])
+        assert params["torch_threads"] == "2"
+    loop = _params(models[T.LOOP])
+    assert loop["adaptive_draft"] == "true"
+    assert loop["use_draft_logits"] == "true"  # the twin can always return its logits
+    greedy_engines = _params(configs.loop_config(configs.settings_from_plan(plan, flavor="tensorrtllm")))
+    assert greedy_engines["use_draft_logits"] == "false"  # built without generation logits
+
+
+def test_cli_repo_writes_a_servable_repository(demo_spec, tmp_path):
+    from click.testing import CliRunner
+
+    from trt_spec.cli import main
+
+    result = CliRunner().invoke(main, ["repo", "--spec", str(DEMO_SPEC), "--flavor", "torch", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {tmp_path / 'out'} (torch flavor)" in result.stdout and "note: torch flavor" in result.stdout
+    assert "trt-spec serve --repo" in result.stdout
+    assert (tmp_path / "out" / T.LOOP / "1" / "model.py").is_file()
+    bad = CliRunner().invoke(main, ["repo", "--spec", str(DEMO_SPEC), "--flavor", "onnx"])
+    assert bad.exit_code == 2 and "--flavor" in bad.stderr

@@ -274,3 +274,18 @@ def test_cli_bench_over_grpc(server):
         assert row["tokens_per_s"] > 0 and row["baseline_tokens_per_s"] > 0 and row["ttft_ms"] > 0
         assert 0 < row["alpha"] < 1 and row["hf_assisted_tokens_per_s"] is None
     assert rows[0]["loop_overhead_ms_per_iteration"] > 0 and rows[0]["engine_time_source"] == "trt_spec"
+
+
+def test_demo_runs_end_to_end_and_leaves_nothing_behind():
+    import subprocess
+    import sys
+
+    result = subprocess.run([str(Path(sys.executable).parent / "trt-spec"), "demo", "--max-tokens", "8"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    for step in ("== check", "== plan", "== repo", "== serve", "== generate", "== summary", "== stop"):
+        assert step in result.stdout, step
+    assert re.search(r"speculative: \d+ tokens/s, acceptance 0\.\d+", result.stdout)
+    assert "speedup x" in result.stdout
+    workdir = Path(re.search(r"torch flavor in (\S+)/model_repo", result.stdout).group(1))
+    assert workdir.name.startswith("trt-spec-demo-") and not workdir.exists()  # nothing left behind

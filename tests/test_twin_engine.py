@@ -18,7 +18,12 @@ from trt_spec.speculative.torch_engine import TorchCausalLM
 from trt_spec.speculative.twin import TorchDrafter, TorchVerifier
 from trt_spec.triton import bls
 from trt_spec.triton import tensors as T
-from trt_spec.triton.twin_engine import EngineRequestError, TwinEngine, sampling_from_inputs, stop_sequences_from_list
+from trt_spec.triton.twin_engine import (
+    EngineRequestError,
+    TwinEngine,
+    sampling_from_inputs,
+    stop_sequences_from_list,
+)
 
 from test_twin import PROMPT, early_exit_draft, reference_greedy, tiny_llama
 
@@ -342,3 +347,12 @@ def test_response_windows_follow_the_protocol():
     assert windows.next(output[:20]) == (output[:20], 3)
     start = T.window_start(20)
     assert windows.next(output) == (output[start:], 20 - start)
+
+
+def test_loop_settings_from_the_config_parameters():
+    settings = bls.LoopSettings.from_parameters({"max_draft_len": "6", "acceptance": "greedy", "use_draft_logits": "true",
+                                                  "adaptive_draft": "true"})
+    assert settings == bls.LoopSettings(max_draft_len=6, probabilistic=True, adaptive_draft=True)
+    # Without use_draft_logits (an older repository), the spec's acceptance decides.
+    assert bls.LoopSettings.from_parameters({"max_draft_len": "4", "acceptance": "probabilistic"}).probabilistic
+    assert not bls.LoopSettings.from_parameters({"max_draft_len": "4", "acceptance": "greedy"}).probabilistic

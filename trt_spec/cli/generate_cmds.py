@@ -53,14 +53,6 @@ def choose_mode(url: str | None, local: bool, spec_path: str | None, *, spec_wit
     return url or DEFAULT_URL, read_spec(spec_path) if spec_path else None
 
 
-def local_spec(url: str | None, local: bool, spec_path: str | None) -> Spec:
-    """The spec of a ``--local`` run (kept for callers that only run in-process)."""
-    url, spec = choose_mode(url, local, spec_path)
-    if spec is None:
-        raise click.UsageError("this needs --local --spec FILE")
-    return spec
-
-
 def load_twin(spec: Spec, device: str, runner: str):
     from trt_spec.speculative.twin import TwinPair
 

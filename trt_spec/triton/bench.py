@@ -294,8 +294,7 @@ def _run_config(clients: _Clients, prompts, k, temperature, concurrency, config,
     breakdown = alpha = None
     if concurrency == 1:
         client = clients.clients[0]
-        metrics_spec = metrics_plain = 0.0
-        before = after = None
+        before = None
         for index, prompt in enumerate(prompts):
             options = {**base, "seed": seeds[index]} if temperature > 0 else dict(base)
             # Rotate the order: a slow drift of a shared machine hits every configuration alike.
@@ -433,7 +432,7 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1e3
 
 
-def write_server_plot(rows: list[dict], path) -> "Path":
+def write_server_plot(rows: list[dict], path):
     """Tokens/s (speculative vs plain) and inter-token latency against concurrency, as a PNG.
 
     Raises:

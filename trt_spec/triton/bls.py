@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -27,7 +27,6 @@ import numpy as np
 from trt_spec.errors import GenerationParamsError
 from trt_spec.speculative.loop import GenerationParams, LoopState, call_seed
 from trt_spec.triton import tensors as T
-from trt_spec.triton.twin_engine import stop_sequences_from_list
 
 _SEED_BITS = 63
 
@@ -52,7 +51,7 @@ class LoopSettings:
     target_model: str = T.TARGET
     draft_model: str = T.DRAFT
     max_draft_len: int = 4
-    probabilistic: bool = False  # acceptance with draft logits (engines gather generation logits)
+    probabilistic: bool = False  # sampled requests verify with draft logits (rejection sampling)
     adaptive_draft: bool = False  # the default when a request does not say
 
     @classmethod
@@ -61,7 +60,9 @@ class LoopSettings:
             target_model=parameters.get("target_model", T.TARGET),
             draft_model=parameters.get("draft_model", T.DRAFT),
             max_draft_len=int(parameters["max_draft_len"]),
-            probabilistic=parameters.get("acceptance", "greedy") == "probabilistic",
+            probabilistic=parameters.get(
+                "use_draft_logits", "true" if parameters.get("acceptance") == "probabilistic" else "false"
+            ) == "true",
             adaptive_draft=parameters.get("adaptive_draft", "false") == "true",
         )
 
@@ -73,7 +74,6 @@ class LoopRequest:
     prompt: list[int]
     params: GenerationParams
     end_id: int
-    pad_id: int
     seed: int
     stream: bool
 
@@ -112,14 +112,13 @@ def read_loop_request(inputs: Mapping[str, np.ndarray], settings: LoopSettings) 
         num_draft_tokens=num_draft_tokens,
         adaptive_draft=adaptive and num_draft_tokens > 0,
         eos_token_ids=frozenset({end_id}),
-        stop_sequences=stop_sequences_from_list(None if stop_words is None else stop_words[0]),
+        stop_sequences=() if stop_words is None else T.stop_words_from_list(stop_words[0].tolist()),
     )
     seed = _value(inputs, T.SEED.name)
     return LoopRequest(
         prompt=[int(token) for token in input_ids[:length]],
         params=params,
         end_id=end_id,
-        pad_id=int(_value(inputs, "pad_id")),
         seed=random.SystemRandom().getrandbits(_SEED_BITS) if seed is None else int(seed),
         stream=bool(_value(inputs, "streaming")),
     )
@@ -194,7 +193,6 @@ class LoopTimes:
     iterations: int = 0
     loop_seconds: float = 0.0  # whole iterations: engine calls, bookkeeping, sending the response
     engine_wait_seconds: float = 0.0  # awaiting the engine models
-    per_iteration: list[float] = field(default_factory=list)
 
 
 class Cancelled(Exception):
@@ -267,7 +265,6 @@ async def run_loop(
         times.iterations += 1
         times.loop_seconds += finished - started
         times.engine_wait_seconds += verified - started
-        times.per_iteration.append(finished - started)
     return state
 
 

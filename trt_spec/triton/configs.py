@@ -291,6 +291,10 @@ def loop_config(settings: RepositorySettings) -> ModelConfig:
         "acceptance": settings.acceptance,
         "detokenize_context_tokens": T.DETOKENIZE_CONTEXT_TOKENS,
         "adaptive_draft": settings.adaptive_draft,
+        # Sampled requests verify with the draft's logits when the engines can return them:
+        # TensorRT-LLM engines only when built for probabilistic acceptance (they gather generation
+        # logits), the PyTorch twin always. Otherwise the target matches tokens (also exact).
+        "use_draft_logits": settings.acceptance == "probabilistic" or settings.flavor == "torch",
     }, decoupled=True)
 
 

@@ -89,8 +89,8 @@ def write_repository(
     """Write the repository for ``spec`` into ``out_dir`` (default: the spec's ``paths.model_repo``).
 
     With engines built, they are cross-checked against the spec first; without, the configs
-    follow the plan and a note says so. ``adaptive_draft`` and ``torch_threads``: see
-    :func:`trt_spec.triton.configs.settings_from_plan`.
+    follow the plan and a note says so. ``adaptive_draft`` and ``torch_threads``:
+    see :func:`trt_spec.triton.configs.settings_from_plan`.
 
     Raises:
         EngineMismatchError: a built engine disagrees with the spec.

@@ -57,6 +57,21 @@ def window_start(num_sent_tokens: int) -> int:
     tokens went out in earlier responses (``num_context_tokens`` = the difference)."""
     return max(0, num_sent_tokens - DETOKENIZE_CONTEXT_TOKENS)
 
+
+def stop_words_from_list(rows: list[list[int]]) -> tuple[tuple[int, ...], ...]:
+    """TensorRT-LLM's ``stop_words_list`` (``[flat ids, end offsets padded with -1]``, as
+    preprocessing writes it) -> one token tuple per stop word."""
+    ids, offsets = rows
+    words, start = [], 0
+    for end in offsets:
+        if end < 0:
+            break
+        if end > start:
+            words.append(tuple(ids[start:end]))
+        start = end
+    return tuple(words)
+
+
 # Triton datatype -> numpy dtype name (BYTES travel as numpy object arrays of bytes).
 NUMPY_DTYPES = {
     "BOOL": "bool",
@@ -123,7 +138,8 @@ NUM_DRAFT_TOKENS = _scalar("num_draft_tokens", "INT32", "absent = the spec's K; 
 STREAM = _scalar("stream", "BOOL", "absent = true", optional=True)
 STOP_WORDS = Tensor("stop_words", "BYTES", (-1,), optional=True, doc="strings that end the completion")
 SEED = _scalar("seed", "UINT64", "sampling seed", optional=True)
-ADAPTIVE_DRAFT = _scalar("adaptive_draft", "BOOL", "choose K each step, up to num_draft_tokens; absent = the repository's default", optional=True)
+ADAPTIVE_DRAFT = _scalar("adaptive_draft", "BOOL", "choose K each step, up to num_draft_tokens; absent = the repository's default",
+                         optional=True)
 
 TEXT_OUTPUT = _scalar("text_output", "BYTES", "new text (streaming) or the whole completion")
 TOTAL_DRAFT_TOKENS = _scalar("total_draft_tokens", "INT32", "running total of drafted tokens")

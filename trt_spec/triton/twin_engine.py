@@ -87,18 +87,8 @@ def _row(inputs: Mapping[str, np.ndarray], name: str) -> np.ndarray | None:
 
 
 def stop_sequences_from_list(stop_words_list: np.ndarray | None) -> tuple[tuple[int, ...], ...]:
-    """TensorRT-LLM's ``[2, L]`` stop-word format (flat ids; end offsets padded with -1) -> token tuples."""
-    if stop_words_list is None:
-        return ()
-    ids, offsets = stop_words_list.reshape(2, -1).tolist()
-    words, start = [], 0
-    for end in offsets:
-        if end < 0:
-            break
-        if end > start:
-            words.append(tuple(ids[start:end]))
-        start = end
-    return tuple(words)
+    """TensorRT-LLM's ``[2, L]`` stop-word format -> token tuples (``tensors.stop_words_from_list``)."""
+    return () if stop_words_list is None else T.stop_words_from_list(stop_words_list.reshape(2, -1).tolist())
 
 
 def sampling_from_inputs(inputs: Mapping[str, np.ndarray]) -> SamplingParams:

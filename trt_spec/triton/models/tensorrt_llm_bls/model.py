@@ -1,13 +1,14 @@
 """Triton python model ``tensorrt_llm_bls``: the draft -> verify loop (decoupled, async).
 
-Each request runs as its own coroutine (:func:`trt_spec.triton.bls.run_loop`), awaiting the two
-engine models through ``pb_utils.InferenceRequest(...).async_exec()``, so requests interleave and
-the engines can batch them. Every step that emits tokens is streamed as one response (the window
+Each request runs as its own asyncio task (:func:`trt_spec.triton.bls.run_loop`), awaiting the
+two engine models through ``pb_utils.InferenceRequest(...).async_exec()``, so requests interleave
+and the engines can batch them. Every step that emits tokens is streamed as one response (the window
 protocol of :mod:`trt_spec.triton.tensors`, so postprocessing stays streaming-safe) carrying the
 running totals; with ``stream`` false one response carries the whole completion. A cancelled
 request stops before its next engine call: cancelled directly, or through the ensemble, where
-postprocessing relays the cancellation back with the request's key (see ``tensors.py``). A failing request ends with one short error line and
-the others go on. Prometheus metrics (python-backend custom metrics) are updated per request.
+postprocessing relays the cancellation back with the request's key (see ``tensors.py``). A
+failing request ends with one short error line and the others go on. Prometheus metrics
+(python-backend custom metrics) are updated per request.
 Responses, cancellation checks and metric updates (each an IPC round trip) run on one worker
 thread, off the loop's path from one engine call to the next.
 
