@@ -29,6 +29,8 @@ MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
 HOPPER_COMPUTE_CAPABILITY = "9.0"  # h100 and h200
 SUPPORTED_TRTLLM = "1.2."
+# TensorRT's version: the meta package, or the CUDA-specific wheel where only that is installed.
+TENSORRT_PACKAGES = ("tensorrt", "tensorrt_cu12", "tensorrt_cu13")
 _PATH_FLAGS = ("--checkpoint_dir", "--output_dir")  # values that don't change the engine
 _UNKEYED_FLAGS = ("--workers",)  # build parallelism, not engine content
 _HASH_CACHE = ".trt-spec-sha256.json"
@@ -83,7 +85,7 @@ def probe_toolchain() -> Toolchain:
             f"cannot build here: tensorrt_llm {trtllm_version} is installed, but trt-spec builds "
             f"TensorRT engines with the {SUPPORTED_TRTLLM}x release line (later releases removed that path); {hint}"
         )
-    tensorrt_version = _first_version("tensorrt", "tensorrt_cu12", "tensorrt_cu13")
+    tensorrt_version = _first_version(*TENSORRT_PACKAGES)
     if tensorrt_version is None:
         raise ToolchainMissing(f"cannot build here: TensorRT is not installed; {hint}")
     if shutil.which("trtllm-build") is None:
@@ -92,6 +94,15 @@ def probe_toolchain() -> Toolchain:
     if not gpus:
         raise ToolchainMissing(f"cannot build here: no CUDA GPU found (nvidia-smi lists none); {hint}")
     return Toolchain(tensorrt_llm_version=trtllm_version, tensorrt_version=tensorrt_version, gpus=gpus)
+
+
+def installed_versions() -> dict[str, str | None]:
+    """This Python's TensorRT-LLM and TensorRT versions under their manifest keys, None where a
+    package is not installed. Reads package metadata; imports neither."""
+    return {
+        "tensorrt_llm_version": _first_version("tensorrt_llm"),
+        "tensorrt_version": _first_version(*TENSORRT_PACKAGES),
+    }
 
 
 def _first_version(*names: str) -> str | None:

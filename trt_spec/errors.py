@@ -127,6 +127,30 @@ class EngineMismatchError(TrtSpecError, ValueError):
         self.spec_value = spec_value
 
 
+class EngineNotFoundError(TrtSpecError, FileNotFoundError):
+    """A served model's engine directory (its ``gpt_model_path``), or the ``manifest.json`` in it,
+    is not there. ``model`` names the Triton model, ``path`` the missing path."""
+
+    def __init__(self, message: str, *, model: str, path: Path):
+        super().__init__(message)
+        self.model = model
+        self.path = path
+
+
+class EngineVersionMismatch(TrtSpecError, RuntimeError):
+    """An engine was built with other TensorRT-LLM or TensorRT versions than the serving runtime's.
+
+    ``model`` names the Triton model; ``engine_versions`` and ``runtime_versions`` map the
+    manifest keys (``tensorrt_llm_version``, ``tensorrt_version``) to the two sides' versions.
+    """
+
+    def __init__(self, message: str, *, model: str, engine_versions: dict, runtime_versions: dict):
+        super().__init__(message)
+        self.model = model
+        self.engine_versions = engine_versions
+        self.runtime_versions = runtime_versions
+
+
 class RepositoryError(TrtSpecError, ValueError):
     """A Triton model repository cannot be generated (e.g. a config does not validate, or the
     tokenizer files are missing)."""

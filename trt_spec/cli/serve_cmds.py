@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 
 import click
 
 from trt_spec.cli.common import read_spec, spec_option
 from trt_spec.errors import ServerError
 from trt_spec.triton.configs import FLAVORS
-from trt_spec.triton.server import DEFAULT_PORTS, TritonServer
+from trt_spec.triton.server import DEFAULT_PORTS, TritonServer, require_engine_server
+from trt_spec.triton.trtllm import check_engines, engine_models, runtime_versions
 
 
 class _Stop(BaseException):
@@ -31,12 +33,21 @@ def _raise_stop(signum, frame) -> None:
 @click.option("--metrics-port", default=DEFAULT_PORTS["metrics"], show_default=True, type=click.IntRange(1, 65535))
 @click.option("--ready-timeout", default=300.0, show_default=True, type=click.FloatRange(min=1),
               help="Seconds to wait for every model to load.")
-def serve(repo: str, host: str, grpc_port: int, http_port: int, metrics_port: int, ready_timeout: float) -> None:
+@click.option("--skip-version-check", is_flag=True,
+              help="Start even when an engine has no manifest or its manifest names other TensorRT-LLM/TensorRT "
+                   "versions than this runtime's (engines built by hand; a runtime you know loads them).")
+def serve(repo: str, host: str, grpc_port: int, http_port: int, metrics_port: int, ready_timeout: float,
+          skip_version_check: bool) -> None:
     """Run Triton on REPO until SIGTERM or Ctrl-C.
 
     Uses `tritonserver` from PATH when there is one (NVIDIA's containers), else the CPU server
     bundled in nvidia-pytriton. Prints one `ready` line with the addresses once every model is
     loaded; on a failed load, the server log's error lines.
+
+    TensorRT-LLM engine models (tensorrtllm flavor) need `tritonserver` and `mpirun` on PATH; their
+    engines must exist and have been built with this runtime's TensorRT-LLM and TensorRT versions
+    (their manifest.json says), and Triton runs in the backend's orchestrator mode, so a
+    multi-GPU target and its draft share one server.
 
     \b
     Example:
@@ -44,6 +55,10 @@ def serve(repo: str, host: str, grpc_port: int, http_port: int, metrics_port: in
     """
     if len({grpc_port, http_port, metrics_port}) != 3:
         raise click.UsageError(f"--grpc-port, --http-port and --metrics-port must differ; got {grpc_port}, {http_port}, {metrics_port}")
+    engines = engine_models(repo)
+    require_engine_server(Path(repo), engines)
+    for warning in check_engines(engines, runtime_versions(), compare_versions=not skip_version_check):
+        click.echo(f"warning: {warning}", err=True)
     server = TritonServer(repo, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
                           ready_timeout_s=ready_timeout)
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -298,6 +298,14 @@ def loop_config(settings: RepositorySettings) -> ModelConfig:
     }, decoupled=True)
 
 
+def gpu_device_ids(tp_size: int) -> str:
+    """An engine's GPUs: rank r on GPU r, for target and draft alike, so a TP-1 draft shares GPU 0
+    with target rank 0, as the memory plan places it (memory.py). In orchestrator mode, where
+    ``trt-spec serve`` runs both engine models, each model's spawned ranks take these devices in
+    order; the draft-target recipe of TensorRT-LLM also lets the two share a GPU."""
+    return ",".join(str(rank) for rank in range(tp_size))
+
+
 def engine_config(settings: RepositorySettings, role: str) -> ModelConfig:
     """``tensorrt_llm`` (target) or ``tensorrt_llm_draft`` in the settings' flavor."""
     engine = settings.engine(role)
@@ -334,7 +342,9 @@ def engine_config(settings: RepositorySettings, role: str) -> ModelConfig:
             "enable_kv_cache_reuse": True,  # the loop resends the prefix every iteration
             "enable_chunked_context": True,
             "exclude_input_in_output": True,
-            "gpu_device_ids": ",".join(str(rank) for rank in range(engine.tp_size)),
+            "gpu_device_ids": gpu_device_ids(engine.tp_size),
+            # Needs the workers pre-started by mpirun (participant_ids); trt-spec serve lets the
+            # backend spawn them (trt_spec/triton/trtllm.py), so the logits go through the host.
             "speculative_decoding_fast_logits": False,
         }),
     }

@@ -5,6 +5,10 @@ machines); otherwise the CPU build bundled in the ``nvidia-pytriton`` wheel, set
 DESIGN.md records: a backend directory of our own holding the python backend and the stub for
 this Python, the wheel's bundled libraries and this Python's libdir on ``LD_LIBRARY_PATH``, and
 this environment's ``bin`` first on ``PATH`` (the stub finds its Python through ``python3``).
+
+A repository with TensorRT-LLM engine models needs ``tritonserver`` from PATH (the bundled CPU
+server has no ``tensorrtllm`` backend) and runs in the backend's orchestrator mode under
+``mpirun`` (:mod:`trt_spec.triton.trtllm` says why and where the facts come from).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trt_spec.errors import ServerError
+from trt_spec.triton.trtllm import EngineModel, engine_models, orchestrator_command
 
 SHM_GLOB = "triton_python_backend_shm_region_*"
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
@@ -35,6 +40,7 @@ class ServerCommand:
     env: dict[str, str]
     workdir: Path  # our backend directory and log live here; removed on stop
     bundled: bool
+    orchestrator: bool = False  # TensorRT-LLM engine models: under mpirun, in orchestrator mode
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -70,9 +76,33 @@ def _bundled_server(workdir: Path) -> tuple[Path, Path, dict[str, str]]:
     return root / "bin" / "tritonserver", workdir / "backends", env
 
 
+def require_engine_server(repo: Path, engines: list[EngineModel]) -> None:
+    """Refuse early what cannot load: engine models without ``tritonserver`` and ``mpirun`` on PATH.
+
+    Raises:
+        ServerError: naming the models and where they can be served.
+    """
+    if not engines:
+        return
+    names = ", ".join(model.name for model in engines)
+    if shutil.which("tritonserver") is None:
+        raise ServerError(
+            f"{repo} has TensorRT-LLM engine models ({names}): they need `tritonserver` with the tensorrtllm backend "
+            "on PATH (NVIDIA's tritonserver:<release>-trtllm-python-py3 container on a GPU machine); the bundled "
+            "CPU server cannot load them. On CPU, write the torch flavor: `trt-spec repo --spec F --flavor torch`"
+        )
+    if shutil.which("mpirun") is None:
+        raise ServerError(
+            f"{repo} has TensorRT-LLM engine models ({names}), which Triton runs in orchestrator mode under `mpirun`, "
+            "but `mpirun` is not on PATH; serve in NVIDIA's TensorRT-LLM Triton container (it ships Open MPI)"
+        )
+
+
 def server_command(
     repo: Path, *, host: str, http_port: int, grpc_port: int, metrics_port: int, extra_args: tuple[str, ...] = ()
 ) -> ServerCommand:
+    engines = engine_models(repo)
+    require_engine_server(repo, engines)
     workdir = Path(tempfile.mkdtemp(prefix="trt-spec-triton-"))
     on_path = shutil.which("tritonserver")
     if on_path:
@@ -93,8 +123,10 @@ def server_command(
     ]
     if backends is not None:
         argv.append(f"--backend-directory={backends}")
+    if engines:
+        argv, env = orchestrator_command(shutil.which("mpirun"), argv, engines, env)
     argv += list(extra_args)
-    return ServerCommand(argv=argv, env=env, workdir=workdir, bundled=bundled)
+    return ServerCommand(argv=argv, env=env, workdir=workdir, bundled=bundled, orchestrator=bool(engines))
 
 
 class TritonServer:
@@ -211,18 +243,23 @@ class TritonServer:
 
 
 def _stub_shm_regions(server_pid: int) -> set[str]:
-    """The shared-memory regions of a server's python-backend stubs (its children), read from
-    their command lines, where each names its region."""
-    regions = set()
+    """The shared-memory regions of a server's python-backend stubs, read from their command
+    lines, where each names its region. The stubs are the server's children, or its
+    grandchildren when ``mpirun`` started the server."""
+    parents = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if parent != server_pid:
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-            arguments = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError, IndexError):
+    children = {pid for pid, parent in parents.items() if parent == server_pid}
+    descendants = children | {pid for pid, parent in parents.items() if parent in children}
+    regions = set()
+    for pid in descendants:
+        try:
+            arguments = Path("/proc", str(pid), "cmdline").read_bytes().split(b"\0")
+        except OSError:
             continue
         regions |= {arg.decode() for arg in arguments if arg.startswith(SHM_GLOB[:-1].encode())}
     return regions
