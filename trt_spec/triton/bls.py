@@ -225,7 +225,12 @@ async def run_loop(
     """
     state = state if state is not None else new_state(request)
     times = times if times is not None else LoopTimes()
-    want_logits = settings.probabilistic and not request.params.sampling.greedy
+    greedy = request.params.sampling.greedy
+    want_logits = settings.probabilistic and not greedy
+
+    def seed_of(call_index: int) -> int:
+        return 0 if greedy else call_seed(request.seed, call_index)  # greedy calls send no seed
+
     clock = time.perf_counter
     call_index = 0
     while not state.finished:
@@ -238,7 +243,7 @@ async def run_loop(
         if num_draft_tokens > 0:
             outputs = await engines.infer(
                 settings.draft_model,
-                engine_inputs(request, state.sequence, num_draft_tokens, call_seed(request.seed, call_index),
+                engine_inputs(request, state.sequence, num_draft_tokens, seed_of(call_index),
                               return_logits=want_logits, end_id=True),
                 _requested(want_logits),
             )
@@ -249,7 +254,7 @@ async def run_loop(
         drafted = clock()
         outputs = await engines.infer(
             settings.target_model,
-            engine_inputs(request, state.sequence, len(draft_tokens) + 1, call_seed(request.seed, call_index),
+            engine_inputs(request, state.sequence, len(draft_tokens) + 1, seed_of(call_index),
                           draft_tokens=draft_tokens, draft_logits=draft_logits),
             _requested(False),
         )

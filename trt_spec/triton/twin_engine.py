@@ -194,11 +194,13 @@ class TwinEngine:
                 f"input ({len(request.sequence)} tokens) + request_output_len ({request.request_output_len}) "
                 f"exceeds the engine's max_seq_len {self.max_seq_len}"
             )
-        generator = torch.Generator()
-        if request.seed is None:
-            generator.seed()  # fresh, non-deterministic randomness
-        else:
-            generator.manual_seed(request.seed)
+        generator = None  # greedy draws nothing
+        if not request.sampling.greedy:
+            generator = torch.Generator()
+            if request.seed is None:
+                generator.seed()  # fresh, non-deterministic randomness
+            else:
+                generator.manual_seed(request.seed)
         if request.draft_tokens:
             tokens, logits = self._verify(request, generator)
         else:
@@ -207,7 +209,7 @@ class TwinEngine:
 
     # --- the two kinds of call ---------------------------------------------------------------
 
-    def _decode(self, request: EngineRequest, generator: torch.Generator) -> tuple[list[int], list[torch.Tensor]]:
+    def _decode(self, request: EngineRequest, generator: torch.Generator | None) -> tuple[list[int], list[torch.Tensor]]:
         """Up to request_output_len tokens one at a time (a draft, or plain target decoding)."""
         context = list(request.sequence)
         engine = self.pool.engine_for(context)
@@ -227,7 +229,7 @@ class TwinEngine:
                 break
         return tokens, kept_logits
 
-    def _verify(self, request: EngineRequest, generator: torch.Generator) -> tuple[list[int], list[torch.Tensor]]:
+    def _verify(self, request: EngineRequest, generator: torch.Generator | None) -> tuple[list[int], list[torch.Tensor]]:
         """One forward pass over the sequence plus all drafts; accepted drafts plus one token."""
         drafts = request.draft_tokens
         sequence = request.sequence + drafts
