@@ -62,3 +62,25 @@ def test_theory_at_drafted_lengths():
     alpha = 0.5
     expected = (theoretical_tokens_per_call(alpha, 3) + theoretical_tokens_per_call(alpha, 1)) / 2
     assert theoretical_tokens_per_call_at_drafted(alpha, stats) == pytest.approx(expected)
+
+
+def test_loop_breakdown_splits_the_overhead_from_metric_deltas():
+    from trt_spec.triton.bench import loop_breakdown
+
+    loop = '{model="tensorrt_llm_bls"}'
+    before = {f"trt_spec_loop_iterations_total{loop}": 10.0, f"trt_spec_loop_iteration_seconds_total{loop}": 1.0,
+              f"trt_spec_loop_engine_wait_seconds_total{loop}": 0.9,
+              'trt_spec_engine_execute_seconds_total{model="tensorrt_llm"}': 0.5,
+              'trt_spec_engine_execute_seconds_total{model="tensorrt_llm_draft"}': 0.2}
+    after = dict(before)
+    after[f"trt_spec_loop_iterations_total{loop}"] += 100  # 100 iterations of 20 ms:
+    after[f"trt_spec_loop_iteration_seconds_total{loop}"] += 2.0
+    after[f"trt_spec_loop_engine_wait_seconds_total{loop}"] += 1.9  # 19 ms awaiting engines,
+    after['trt_spec_engine_execute_seconds_total{model="tensorrt_llm"}'] += 1.2  # 16 ms of it computing
+    after['trt_spec_engine_execute_seconds_total{model="tensorrt_llm_draft"}'] += 0.4
+    breakdown = loop_breakdown(before, after)
+    assert breakdown.iterations == 100 and breakdown.engine_source == "trt_spec"
+    assert breakdown.iteration_ms == pytest.approx(20.0) and breakdown.engine_ms == pytest.approx(16.0)
+    assert breakdown.overhead_ms == pytest.approx(4.0)
+    assert breakdown.loop_own_ms == pytest.approx(1.0) and breakdown.transport_ms == pytest.approx(3.0)
+    assert loop_breakdown(before, before) is None and loop_breakdown(None, after) is None

@@ -274,6 +274,9 @@ def test_cli_bench_over_grpc(server):
         assert row["tokens_per_s"] > 0 and row["baseline_tokens_per_s"] > 0 and row["ttft_ms"] > 0
         assert 0 < row["alpha"] < 1 and row["hf_assisted_tokens_per_s"] is None
     assert rows[0]["loop_overhead_ms_per_iteration"] > 0 and rows[0]["engine_time_source"] == "trt_spec"
+    own, transport = rows[0]["loop_own_ms_per_iteration"], rows[0]["bls_transport_ms_per_iteration"]
+    assert own > 0 and transport > 0
+    assert own + transport == pytest.approx(rows[0]["loop_overhead_ms_per_iteration"])
 
 
 def test_demo_runs_end_to_end_and_leaves_nothing_behind():

@@ -135,7 +135,7 @@ def _bench_server(url, spec, device, runner, as_json, plot_path, ks, temperature
 
 def format_server_table(rows) -> str:
     header = (f"{'K':>3} {'T':>4} {'conc':>4} {'tok/s':>7} {'plain':>7} {'speedup':>7} {'acc.rate':>8} {'alpha':>6} "
-              f"{'tok/call':>8} {'TTFT ms':>8} {'ITL ms':>7} {'in-proc':>7} {'ratio':>6} {'ovh ms':>6}")
+              f"{'tok/call':>8} {'TTFT ms':>8} {'ITL ms':>7} {'in-proc':>7} {'ratio':>6} {'ovh ms':>6} {'own':>5} {'BLS':>5}")
     lines = [header]
     for row in rows:
         lines.append(
@@ -143,10 +143,12 @@ def format_server_table(rows) -> str:
             f"{row['baseline_tokens_per_s']:>7.1f} {_number(row['speedup'], 7, 3)} {row['acceptance_rate']:>8.3f} "
             f"{_number(row['alpha'], 6, 3)} {row['tokens_per_target_call']:>8.2f} {_number(row['ttft_ms'], 8, 1)} "
             f"{_number(row['itl_ms'], 7, 2)} {_number(row.get('inprocess_tokens_per_s'), 7, 1)} "
-            f"{_number(row.get('server_vs_inprocess'), 6, 3)} {_number(row.get('loop_overhead_ms_per_iteration'), 6, 2)}"
+            f"{_number(row.get('server_vs_inprocess'), 6, 3)} {_number(row.get('loop_overhead_ms_per_iteration'), 6, 2)} "
+            f"{_number(row.get('loop_own_ms_per_iteration'), 5, 2)} {_number(row.get('bls_transport_ms_per_iteration'), 5, 2)}"
         )
     lines += ["", "plain: the same server with num_draft_tokens 0; in-proc: the in-process loop on the same prompts "
-                  "(--spec); ovh ms: the loop model's time per iteration outside the engine models (metrics)."]
+                  "(--spec); ovh ms: the loop model's time per iteration outside the engine models (metrics), split into its own work "
+                  "between engine calls (own) and the BLS calls' transport (BLS)."]
     return "\n".join(lines)
 
 

@@ -156,6 +156,11 @@ class LoopBreakdown:
     engine_ms: float  # the engine models' own time inside execute, per iteration
     overhead_ms: float  # everything else: BLS round trips, copies, bookkeeping, responses
     engine_source: str  # "trt_spec" (the torch flavor's own timers) or "triton" (compute_infer)
+    # The overhead in two parts: the loop model's own work between engine calls (bookkeeping,
+    # building requests, handing responses to its sender), and the BLS transport (the engine
+    # calls' wall time minus the engine models' own time: IPC, Triton's scheduling, copies).
+    loop_own_ms: float = 0.0
+    transport_ms: float = 0.0
 
 
 def loop_breakdown(before: dict | None, after: dict | None) -> LoopBreakdown | None:
@@ -166,6 +171,7 @@ def loop_breakdown(before: dict | None, after: dict | None) -> LoopBreakdown | N
     if iterations <= 0:
         return None
     loop_seconds = _metric_sum(delta, "trt_spec_loop_iteration_seconds_total")
+    wait_seconds = _metric_sum(delta, "trt_spec_loop_engine_wait_seconds_total")
     engine_seconds = _metric_sum(delta, "trt_spec_engine_execute_seconds_total")
     source = "trt_spec"
     if not any(name.startswith("trt_spec_engine_execute_seconds_total") for name in after):
@@ -182,6 +188,8 @@ def loop_breakdown(before: dict | None, after: dict | None) -> LoopBreakdown | N
         engine_ms=engine_seconds / iterations * 1e3,
         overhead_ms=(loop_seconds - engine_seconds) / iterations * 1e3,
         engine_source=source,
+        loop_own_ms=(loop_seconds - wait_seconds) / iterations * 1e3,
+        transport_ms=(wait_seconds - engine_seconds) / iterations * 1e3,
     )
 
 
@@ -336,7 +344,8 @@ def _run_config(clients: _Clients, prompts, k, temperature, concurrency, config,
     row = _row(k, temperature, concurrency, spec_tally, plain_tally, alpha)
     if breakdown is not None:
         row.update(loop_iteration_ms=breakdown.iteration_ms, engine_ms_per_iteration=breakdown.engine_ms,
-                   loop_overhead_ms_per_iteration=breakdown.overhead_ms, engine_time_source=breakdown.engine_source)
+                   loop_overhead_ms_per_iteration=breakdown.overhead_ms, engine_time_source=breakdown.engine_source,
+                   loop_own_ms_per_iteration=breakdown.loop_own_ms, bls_transport_ms_per_iteration=breakdown.transport_ms)
     if local_tally.results:
         row.update(inprocess_tokens_per_s=local_tally.tokens_per_s,
                    server_vs_inprocess=spec_tally.tokens_per_s / local_tally.tokens_per_s if local_tally.tokens_per_s else None,
@@ -347,6 +356,7 @@ def _run_config(clients: _Clients, prompts, k, temperature, concurrency, config,
         + (f", in-process {row['inprocess_tokens_per_s']:.1f} tok/s (server/in-process {row['server_vs_inprocess']:.3f})"
            if "inprocess_tokens_per_s" in row else "")
         + (f", loop overhead {row['loop_overhead_ms_per_iteration']:.2f} ms of {row['loop_iteration_ms']:.2f} ms per iteration"
+           f" (own work {row['loop_own_ms_per_iteration']:.2f}, BLS transport {row['bls_transport_ms_per_iteration']:.2f})"
            if "loop_overhead_ms_per_iteration" in row else "")
     )
     return row
