@@ -186,3 +186,14 @@ def test_serve_reports_a_failed_load(tmp_path):
     assert "ready" not in result.stdout
     assert "boom at load" in result.stderr or "broken" in result.stderr
     assert _processes_serving(tmp_path / "repo") == []
+
+
+def test_bls_roundtrip_script_measures_the_transport():
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bls_roundtrip.py"), "--calls", "30",
+                             "--work-ms", "0", "--work-ms", "2"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("callee work")]
+    assert [line.split("ms:")[0].split()[-1] for line in lines] == ["0.0", "2.0"]
+    for line in lines:
+        median = float(line.split("transport median ")[1].split(" ms")[0])
+        assert 0 < median < 100  # transport only: the callee's 2 ms of work is subtracted
