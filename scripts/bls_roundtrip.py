@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_spec.triton.configs import to_model_config, write_config
-from trt_spec.triton.server import TritonServer
+from trt_spec.repository.configs import to_model_config, write_config
+from trt_spec.serving.server import TritonServer
 
 CALLEE = textwrap.dedent('''
     import time

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trt_spec.bench import (
+from trt_spec.bench.inprocess import (
     StepTimes,
     cost_model_speedup,
     load_prompt_texts,
@@ -53,8 +53,8 @@ def test_prompts_come_from_held_out_files():
 
 
 def test_theory_at_drafted_lengths():
-    from trt_spec.bench import theoretical_tokens_per_call_at_drafted
-    from trt_spec.speculative.loop import RequestStats
+    from trt_spec.bench.inprocess import theoretical_tokens_per_call_at_drafted
+    from trt_spec.runtime.loop import RequestStats
 
     stats = RequestStats()
     stats.record(num_drafted=3, num_accepted=3, draft_seconds=0, verify_seconds=0)
@@ -65,7 +65,7 @@ def test_theory_at_drafted_lengths():
 
 
 def test_loop_breakdown_splits_the_overhead_from_metric_deltas():
-    from trt_spec.triton.bench import loop_breakdown
+    from trt_spec.bench.server import loop_breakdown
 
     loop = '{model="tensorrt_llm_bls"}'
     before = {f"trt_spec_loop_iterations_total{loop}": 10.0, f"trt_spec_loop_iteration_seconds_total{loop}": 1.0,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from trt_spec import build as build_lib
-from trt_spec.build import Gpu, Toolchain, build_engines, read_manifest
+from trt_spec.engines import build as build_lib
+from trt_spec.engines.build import Gpu, Toolchain, build_engines, read_manifest
 from trt_spec.cli import main
 from trt_spec.errors import BuildStepFailed, CheckpointMissing, ToolchainMissing
 from trt_spec.plan import make_plan

@@ -9,10 +9,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from trt_spec.bench import load_prompt_texts
+from trt_spec.bench.inprocess import load_prompt_texts
 from trt_spec.cli import main
-from trt_spec.speculative.loop import GenerationParams
-from trt_spec.speculative.twin import TwinPair
+from trt_spec.runtime.loop import GenerationParams
+from trt_spec.twin import TwinPair
 
 from conftest import DEMO_PAIR
 from test_twin import assert_same_greedy, reference_greedy

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from trt_spec.build import build_engines, probe_toolchain, read_manifest
+from trt_spec.engines.build import build_engines, probe_toolchain, read_manifest
 from trt_spec.plan import make_plan
 from trt_spec.spec import parse_spec
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from trt_spec.errors import GenerationParamsError
-from trt_spec.speculative.loop import (
+from trt_spec.runtime.loop import (
     AdaptiveDraftLength,
     Draft,
     Generation,

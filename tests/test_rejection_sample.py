@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from trt_spec.errors import GenerationParamsError
-from trt_spec.speculative import sampling
-from trt_spec.speculative.sampling import (
+from trt_spec.runtime import sampling
+from trt_spec.runtime.sampling import (
     SamplingParams,
     greedy_verify,
     probabilities,

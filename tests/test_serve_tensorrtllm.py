@@ -20,10 +20,10 @@ from trt_spec.cli import main, serve_cmds
 from trt_spec.errors import EngineNotFoundError, EngineVersionMismatch, RepositoryError, ServerError
 from trt_spec.plan import make_plan
 from trt_spec.spec import load_spec
-from trt_spec.triton import configs
-from trt_spec.triton import tensors as T
-from trt_spec.triton.server import free_port, server_command
-from trt_spec.triton.trtllm import EngineModel, check_engines, engine_models, orchestrator_command
+from trt_spec.repository import configs
+from trt_spec.runtime import tensors as T
+from trt_spec.serving.server import free_port, server_command
+from trt_spec.serving.trtllm import EngineModel, check_engines, engine_models, orchestrator_command
 
 from conftest import EXAMPLES
 

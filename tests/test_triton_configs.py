@@ -15,9 +15,9 @@ from trt_spec.errors import EngineMismatchError, RepositoryError
 from trt_spec.layout import engine_dir
 from trt_spec.plan import make_plan
 from trt_spec.spec import load_spec, parse_spec
-from trt_spec.triton import configs
-from trt_spec.triton import tensors as T
-from trt_spec.triton.repository import write_repository
+from trt_spec.repository import configs
+from trt_spec.runtime import tensors as T
+from trt_spec.repository.writer import write_repository
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_SPEC = ROOT / "examples" / "pystdlib-demo.yaml"
@@ -42,7 +42,6 @@ def test_every_written_config_parses_back(demo_spec, tmp_path, flavor):
         config = text_format.Parse((tmp_path / "repo" / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
         assert config.name == name
         assert config.max_batch_size == demo_spec.engine.max_batch_size
-    assert result.complete and not result.pending  # every python model has its source
     assert sorted(result.models) == sorted(T.MODEL_NAMES)
     for name in written:  # Triton loads only the versions it finds, an ensemble's included
         assert (tmp_path / "repo" / name / "1").is_dir()
@@ -221,10 +220,12 @@ def test_repository_is_relocatable(demo_spec, tmp_path):
     for name in (T.PREPROCESSING, T.LOOP, T.POSTPROCESSING):
         version = tmp_path / "repo" / name / "1"
         assert (version / "model.py").is_file()
-        # The trt_spec code the model imports travels with it: the code that wrote the repository.
-        assert (version / "trt_spec" / "triton" / "tensors.py").read_text() == Path(T.__file__).read_text()
-        assert (version / "trt_spec" / "speculative" / "loop.py").is_file()
-        assert not (version / "trt_spec" / "cli").exists() and not list(version.rglob("__pycache__"))
+        # The runtime package travels with the model, and nothing else of trt_spec: the code
+        # that wrote the repository.
+        assert (version / "trt_spec" / "runtime" / "tensors.py").read_text() == Path(T.__file__).read_text()
+        assert (version / "trt_spec" / "runtime" / "loop.py").is_file()
+        assert sorted(p.name for p in (version / "trt_spec").iterdir()) == ["__init__.py", "runtime"]
+        assert not (version / "trt_spec" / "runtime" / "models").exists() and not list(version.rglob("__pycache__"))
         if name != T.LOOP:
             assert (version / "tokenizer" / "tokenizer.json").is_file()
             params = _params(configs.read_config(tmp_path / "repo" / name / "config.pbtxt"))
@@ -270,3 +271,29 @@ def test_cli_repo_writes_a_servable_repository(demo_spec, tmp_path):
     assert (tmp_path / "out" / T.LOOP / "1" / "model.py").is_file()
     bad = CliRunner().invoke(main, ["repo", "--spec", str(DEMO_SPEC), "--flavor", "onnx"])
     assert bad.exit_code == 2 and "--flavor" in bad.stderr
+
+
+LOAD_MODEL = """
+import sys, types
+sys.path.insert(0, sys.argv[1])
+sys.modules["triton_python_backend_utils"] = types.ModuleType("triton_python_backend_utils")
+sys.modules["triton_python_backend_utils"].TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+import importlib.util
+spec = importlib.util.spec_from_file_location("model", sys.argv[1] + "/model.py")
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+import trt_spec
+assert trt_spec.__file__.startswith(sys.argv[1]), trt_spec.__file__  # the copy, not an install
+print(" ".join(sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic", "yaml", "click", "trt_spec"))))
+"""
+
+
+@pytest.mark.parametrize("name", [T.LOOP, T.PREPROCESSING, T.POSTPROCESSING, T.TARGET])
+def test_models_import_only_the_runtime_copy(demo_spec, tmp_path, name):
+    import subprocess
+    import sys
+
+    write_repository(demo_spec, tmp_path / "repo", "torch")
+    version = tmp_path / "repo" / name / "1"
+    loaded = subprocess.run([sys.executable, "-c", LOAD_MODEL, str(version)], capture_output=True, text=True, check=True)
+    modules = loaded.stdout.split()
+    assert modules and all(m == "trt_spec" or m.startswith("trt_spec.runtime") for m in modules), modules

@@ -20,11 +20,11 @@ from click.testing import CliRunner
 from trt_spec.cli import main
 from trt_spec.errors import GenerationError
 from trt_spec.spec import load_spec
-from trt_spec.triton import tensors as T
-from trt_spec.triton.bench import prompt_texts
-from trt_spec.triton.client import SpecClient
-from trt_spec.triton.repository import write_repository
-from trt_spec.triton.server import TritonServer
+from trt_spec.runtime import tensors as T
+from trt_spec.bench.server import prompt_texts
+from trt_spec.client import SpecClient
+from trt_spec.repository.writer import write_repository
+from trt_spec.serving.server import TritonServer
 
 from conftest import DEMO_PAIR, EXAMPLES
 
@@ -39,7 +39,6 @@ NEW_TOKENS = 40
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     result = write_repository(load_spec(EXAMPLES / "pystdlib-demo.yaml"), root / "repo", "torch")
-    assert result.complete
     running = TritonServer(result.path, ready_timeout_s=300).start()
     try:
         yield running
@@ -254,7 +253,7 @@ def test_cli_generate_over_grpc(server, target, prompts):
 
 
 def test_cli_generate_reports_an_unreachable_server():
-    from trt_spec.triton.server import free_port
+    from trt_spec.serving.server import free_port
 
     result = CliRunner().invoke(main, ["generate", "--url", f"127.0.0.1:{free_port()}", "x"])
     assert result.exit_code == 1 and "no Triton server answers" in result.stderr

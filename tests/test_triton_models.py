@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trt_spec.triton import configs
-from trt_spec.triton import tensors as T
+from trt_spec.repository import configs
+from trt_spec.runtime import tensors as T
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ROOT / "trt_spec" / "triton" / "models"
+MODELS = ROOT / "trt_spec" / "runtime" / "models"
 TOKENIZER_DIR = ROOT / "examples" / "pystdlib-pair" / "target"
 
 

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from trt_spec.spec import load_spec
-from trt_spec.triton import tensors as T
-from trt_spec.triton.repository import write_repository
-from trt_spec.triton.server import TritonServer, free_port
+from trt_spec.runtime import tensors as T
+from trt_spec.repository.writer import write_repository
+from trt_spec.serving.server import TritonServer, free_port
 
 pytest.importorskip("pytriton", reason="the CPU Triton server comes with nvidia-pytriton")
 grpcclient = pytest.importorskip("tritonclient.grpc")

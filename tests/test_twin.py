@@ -10,10 +10,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from trt_spec.errors import GenerationParamsError
-from trt_spec.speculative.loop import Generation, GenerationParams
-from trt_spec.speculative.sampling import SamplingParams, probabilities
-from trt_spec.speculative.torch_engine import TorchCausalLM, common_prefix_length
-from trt_spec.speculative.twin import TorchDrafter, TorchVerifier
+from trt_spec.runtime.loop import Generation, GenerationParams
+from trt_spec.runtime.sampling import SamplingParams, probabilities
+from trt_spec.runtime.torch_engine import TorchCausalLM, common_prefix_length
+from trt_spec.twin import TorchDrafter, TorchVerifier
 
 VOCAB = 64
 PROMPT = [5, 17, 42, 8, 23, 61, 2, 9]
@@ -201,7 +201,7 @@ def test_max_tokens_inside_a_draft_window(target_model):
 
 
 def test_context_limit_is_checked_before_running(target_model):
-    from trt_spec.speculative.twin import TwinPair
+    from trt_spec.twin import TwinPair
 
     pair = TwinPair(TorchCausalLM(target_model), TorchCausalLM(target_model), tokenizer=None, eos_token_ids=frozenset())
     with pytest.raises(GenerationParamsError, match="context of 128"):

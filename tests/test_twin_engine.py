@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from trt_spec.errors import GenerationParamsError
-from trt_spec.speculative.loop import Generation, GenerationParams
-from trt_spec.speculative.prefix_cache import PrefixCachePool
-from trt_spec.speculative.sampling import SamplingParams
-from trt_spec.speculative.torch_engine import TorchCausalLM
-from trt_spec.speculative.twin import TorchDrafter, TorchVerifier
-from trt_spec.triton import bls
-from trt_spec.triton import tensors as T
-from trt_spec.triton.twin_engine import (
+from trt_spec.runtime.loop import Generation, GenerationParams
+from trt_spec.runtime.prefix_cache import PrefixCachePool
+from trt_spec.runtime.sampling import SamplingParams
+from trt_spec.runtime.torch_engine import TorchCausalLM
+from trt_spec.twin import TorchDrafter, TorchVerifier
+from trt_spec.runtime import bls
+from trt_spec.runtime import tensors as T
+from trt_spec.runtime.twin_engine import (
     EngineRequestError,
     TwinEngine,
     sampling_from_inputs,

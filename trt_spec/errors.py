@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# The errors code inside a Triton model can raise live in the runtime package (the only code a
+# model repository carries); re-exported here so that callers find every error in one module.
+from trt_spec.runtime.errors import GenerationParamsError, TrtSpecError
 
-class TrtSpecError(Exception):
-    """Base class: a known failure with a message fit for a user."""
+__all__ = ["GenerationParamsError", "TrtSpecError"]  # and every class below
 
 
 class SpecError(TrtSpecError, ValueError):
@@ -102,10 +104,6 @@ class ConversionFailed(TrtSpecError, RuntimeError):
 
 class ServerError(TrtSpecError, RuntimeError):
     """The Triton server could not be started, or failed while loading the repository."""
-
-
-class GenerationParamsError(TrtSpecError, ValueError):
-    """A generation request has a bad parameter (temperature, top_p, max tokens, K, prompt, ...)."""
 
 
 class PairMismatch(TrtSpecError, ValueError):

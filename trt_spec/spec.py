@@ -25,9 +25,9 @@ from pydantic import (
 )
 
 from trt_spec.errors import SpecError
+from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
 TP_SIZES = (1, 2, 4, 8)
-MAX_DRAFT_TOKENS = 16
 # A Hugging Face repo id: "name" or "owner/name".
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 

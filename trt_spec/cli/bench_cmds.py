@@ -8,7 +8,7 @@ import json
 import click
 
 from trt_spec.cli.generate_cmds import choose_mode, load_twin, mode_options
-from trt_spec.spec import MAX_DRAFT_TOKENS
+from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
 
 @click.command()
@@ -57,7 +57,7 @@ def bench(url, local, spec_path, device, runner, as_json, plot_path, ks, tempera
 
     import torch
 
-    from trt_spec.bench import BenchConfig, profile_iterations, run_local_bench, write_plot
+    from trt_spec.bench.inprocess import BenchConfig, profile_iterations, run_local_bench, write_plot
 
     url, spec = choose_mode(url, local, spec_path, spec_with_url=True)
     if plot_path:
@@ -109,7 +109,7 @@ def bench(url, local, spec_path, device, runner, as_json, plot_path, ks, tempera
 
 def _bench_server(url, spec, device, runner, as_json, plot_path, ks, temperatures, num_prompts, max_tokens,
                   concurrency, metrics_url) -> None:
-    from trt_spec.triton.bench import ServerBenchConfig, run_server_bench, write_server_plot
+    from trt_spec.bench.server import ServerBenchConfig, run_server_bench, write_server_plot
 
     config = ServerBenchConfig(
         ks=tuple(sorted(set(ks))) or None,

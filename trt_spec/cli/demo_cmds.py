@@ -36,9 +36,9 @@ def demo(spec_path, max_tokens, keep) -> None:
     from trt_spec.checkpoints.check import check_pair
     from trt_spec.cli.common import read_spec
     from trt_spec.plan import make_plan
-    from trt_spec.triton.client import SpecClient
-    from trt_spec.triton.repository import write_repository
-    from trt_spec.triton.server import TritonServer
+    from trt_spec.client import SpecClient
+    from trt_spec.repository.writer import write_repository
+    from trt_spec.serving.server import TritonServer
 
     path = Path(spec_path) if spec_path else DEMO_SPEC
     if not path.is_file():

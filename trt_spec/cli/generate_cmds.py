@@ -13,8 +13,9 @@ import time
 import click
 
 from trt_spec.cli.common import read_spec
-from trt_spec.spec import MAX_DRAFT_TOKENS, Spec
-from trt_spec.triton.client import DEFAULT_URL
+from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
+from trt_spec.spec import Spec
+from trt_spec.client import DEFAULT_URL
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -54,7 +55,7 @@ def choose_mode(url: str | None, local: bool, spec_path: str | None, *, spec_wit
 
 
 def load_twin(spec: Spec, device: str, runner: str):
-    from trt_spec.speculative.twin import TwinPair
+    from trt_spec.twin import TwinPair
 
     return TwinPair.from_spec(spec, device=None if device == "auto" else device, runner=runner)
 
@@ -102,7 +103,7 @@ def generate(prompt, url, local, spec_path, device, runner, max_tokens, temperat
 
 
 def _generate_remote(url: str, prompt: str, **options) -> None:
-    from trt_spec.triton.client import SpecClient
+    from trt_spec.client import SpecClient
 
     started = time.perf_counter()
     last = None
@@ -130,8 +131,8 @@ def format_remote_stats(event, seconds: float) -> str:
 
 def _generate_local(spec, device, runner, prompt, max_tokens, temperature, top_k, top_p, num_draft_tokens,
                     adaptive, seed, stop_texts) -> None:
-    from trt_spec.speculative.loop import GenerationParams
-    from trt_spec.text import IncrementalDetokenizer
+    from trt_spec.runtime.loop import GenerationParams
+    from trt_spec.runtime.text import IncrementalDetokenizer
 
     pair = load_twin(spec, device, runner)
     k = spec.num_draft_tokens if num_draft_tokens is None else num_draft_tokens

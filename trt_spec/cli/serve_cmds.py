@@ -11,9 +11,9 @@ import click
 
 from trt_spec.cli.common import read_spec, spec_option
 from trt_spec.errors import ServerError
-from trt_spec.triton.configs import FLAVORS
-from trt_spec.triton.server import DEFAULT_PORTS, TritonServer, require_engine_server
-from trt_spec.triton.trtllm import check_engines, engine_models, runtime_versions
+from trt_spec.repository.configs import FLAVORS
+from trt_spec.serving.server import DEFAULT_PORTS, TritonServer, require_engine_server
+from trt_spec.serving.trtllm import check_engines, engine_models, runtime_versions
 
 
 class _Stop(BaseException):
@@ -108,7 +108,7 @@ def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_thread
       trt-spec repo --spec examples/pystdlib-demo.yaml --flavor torch -o model_repo
       trt-spec repo --spec examples/llama8b-1b-h200.yaml --engines-mount /engines
     """
-    from trt_spec.triton.repository import write_repository
+    from trt_spec.repository.writer import write_repository
 
     result = write_repository(read_spec(spec_path), out_dir, flavor, engines_mount=engines_mount,
                               adaptive_draft=adaptive_draft, torch_threads=torch_threads)

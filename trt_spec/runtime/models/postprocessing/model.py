@@ -23,7 +23,7 @@ _HERE = Path(__file__).resolve().parent
 if (_HERE / "trt_spec").is_dir():
     sys.path.insert(0, str(_HERE))
 
-from trt_spec.triton import tensors as T  # noqa: E402
+from trt_spec.runtime import tensors as T  # noqa: E402
 
 REPLACEMENT = "\ufffd"  # what a decoder yields for bytes that are not (yet) a whole character
 RELAYED_KEYS_KEPT = 1024  # cancellations already relayed, remembered so each is sent once

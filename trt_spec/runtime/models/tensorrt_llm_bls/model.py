@@ -1,9 +1,9 @@
 """Triton python model ``tensorrt_llm_bls``: the draft -> verify loop (decoupled, async).
 
-Each request runs as its own asyncio task (:func:`trt_spec.triton.bls.run_loop`), awaiting the
+Each request runs as its own asyncio task (:func:`trt_spec.runtime.bls.run_loop`), awaiting the
 two engine models through ``pb_utils.InferenceRequest(...).async_exec()``, so requests interleave
 and the engines can batch them. Every step that emits tokens is streamed as one response (the window
-protocol of :mod:`trt_spec.triton.tensors`, so postprocessing stays streaming-safe) carrying the
+protocol of :mod:`trt_spec.runtime.tensors`, so postprocessing stays streaming-safe) carrying the
 running totals; with ``stream`` false one response carries the whole completion. A cancelled
 request stops before its next engine call: cancelled directly, or through the ensemble, where
 postprocessing relays the cancellation back with the request's key (see ``tensors.py``). A
@@ -28,15 +28,15 @@ if (_HERE / "trt_spec").is_dir():
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from trt_spec.errors import GenerationParamsError  # noqa: E402
-from trt_spec.triton import bls  # noqa: E402
-from trt_spec.triton import tensors as T  # noqa: E402
+from trt_spec.runtime.errors import GenerationParamsError  # noqa: E402
+from trt_spec.runtime import bls  # noqa: E402
+from trt_spec.runtime import tensors as T  # noqa: E402
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
 class TritonEngineClient:
-    """:class:`trt_spec.triton.bls.EngineClient` over BLS calls to the engine models.
+    """:class:`trt_spec.runtime.bls.EngineClient` over BLS calls to the engine models.
 
     With several requests running, each call is ``await async_exec()``, so they overlap and the
     engines see them together. A request running alone calls ``exec()`` instead: it blocks the

@@ -3,7 +3,7 @@
 As PyTriton does it: the dict is parsed by ``google.protobuf.json_format`` into
 ``tritonclient.grpc.model_config_pb2.ModelConfig``, so a misspelled field or a bad enum fails here,
 when the repository is generated, not when a server loads it; ``text_format`` writes the file.
-Tensor names, dtypes and shapes come from :mod:`trt_spec.triton.tensors` only.
+Tensor names, dtypes and shapes come from :mod:`trt_spec.runtime.tensors` only.
 
 Every limit comes from one :class:`RepositorySettings`, made from the plan
 (:func:`settings_from_plan`) and, when engines are built, cross-checked against their
@@ -24,7 +24,7 @@ from trt_spec import atomic
 from trt_spec.errors import EngineMismatchError, RepositoryError
 from trt_spec.layout import engine_dir
 from trt_spec.plan import Plan
-from trt_spec.triton import tensors as T
+from trt_spec.runtime import tensors as T
 
 ModelConfig = model_config_pb2.ModelConfig
 

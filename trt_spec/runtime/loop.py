@@ -1,13 +1,13 @@
 """The draft -> verify loop, written once against a small protocol.
 
 A :class:`Drafter` proposes draft tokens; a :class:`Verifier` returns the tokens a step emits
-(vocabulary in :mod:`trt_spec.speculative.sampling`). The loop owns everything around them:
+(vocabulary in :mod:`trt_spec.runtime.sampling`). The loop owns everything around them:
 stopping at ``max_new_tokens``, EOS or a stop sequence even inside a draft window, the draft
 length per step (fixed, or adaptive), and the per-request statistics.
 
 That logic is one sans-I/O object, :class:`LoopState`, driven two ways: :class:`Generation`
 iterates it synchronously over an in-process drafter and verifier (the PyTorch twin,
-:mod:`trt_spec.speculative.twin`); the Triton loop model (:mod:`trt_spec.triton.bls`) awaits
+:mod:`trt_spec.twin`); the Triton loop model (:mod:`trt_spec.runtime.bls`) awaits
 the two engine models instead. Both sides receive the whole committed sequence on every call, as
 TensorRT-LLM's engines do (with KV-cache reuse they recompute only what they have not seen); in
 Triton the verifier is the target engine doing the acceptance itself (``draft_input_ids`` in,
@@ -24,9 +24,9 @@ from typing import Protocol
 
 import torch
 
-from trt_spec.errors import GenerationParamsError
-from trt_spec.spec import MAX_DRAFT_TOKENS
-from trt_spec.speculative.sampling import NO_TOP_K, NO_TOP_P, SamplingParams
+from trt_spec.runtime.errors import GenerationParamsError
+from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
+from trt_spec.runtime.sampling import NO_TOP_K, NO_TOP_P, SamplingParams
 
 PLAIN_DECODING = 0  # num_draft_tokens = 0: the target alone, one token per call
 
@@ -260,7 +260,7 @@ class LoopState:
     A driver repeats: ``k = state.next_num_draft_tokens()``; draft ``k`` tokens continuing
     ``state.sequence`` (skip when 0); have the target verify them; ``state.commit(...)``; until
     ``state.finished``. :class:`Generation` drives it synchronously in-process; the Triton loop
-    model (``trt_spec.triton.bls``) drives it with async calls to the engine models.
+    model (``trt_spec.runtime.bls``) drives it with async calls to the engine models.
 
     The target's answer to ``k`` drafts is taken in TensorRT-LLM's form: the accepted drafts
     then one *or more* tokens of the target's own (its external-draft-tokens mode returns up to

@@ -13,7 +13,7 @@ rejections)) and, at concurrency 1, where an iteration's time goes: the loop mod
 per iteration minus the engine models' own time inside ``execute`` is the loop's overhead (BLS
 round trips, tensor copies, bookkeeping, streaming a response).
 
-With a :class:`~trt_spec.speculative.twin.TwinPair` (``--spec``) the in-process loop runs the same
+With a :class:`~trt_spec.twin.TwinPair` (``--spec``) the in-process loop runs the same
 prompts at concurrency 1 too, interleaved with the server's requests, for the ratio of the two.
 """
 
@@ -27,10 +27,10 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from trt_spec.bench import load_prompt_texts, theoretical_tokens_per_call
+from trt_spec.bench.inprocess import load_prompt_texts, theoretical_tokens_per_call
 from trt_spec.errors import GenerationError
-from trt_spec.triton import tensors as T
-from trt_spec.triton.client import SpecClient, StreamEvent
+from trt_spec.runtime import tensors as T
+from trt_spec.client import SpecClient, StreamEvent
 
 Progress = Callable[[str], None]
 PROMPT_CHARS = 240  # ~64 tokens of Python source with the demo tokenizer
@@ -253,7 +253,7 @@ def server_default_k(url: str) -> int:
     try:
         config = grpcclient.InferenceServerClient(url).get_model_config(T.PREPROCESSING, as_json=True)
     except Exception as exc:  # noqa: BLE001
-        from trt_spec.triton.client import _client_error
+        from trt_spec.client import _client_error
 
         raise _client_error(exc, url) from None
     return int(config["config"]["parameters"]["default_num_draft_tokens"]["string_value"])
@@ -269,7 +269,7 @@ def run_server_bench(
 ) -> dict:
     """Benchmark the server at ``url``; returns ``{"rows": [...], "notes": [...]}``.
 
-    ``pair``: a :class:`~trt_spec.speculative.twin.TwinPair` of the same checkpoints; the
+    ``pair``: a :class:`~trt_spec.twin.TwinPair` of the same checkpoints; the
     in-process loop then runs the same prompts (concurrency 1) for comparison.
 
     Raises:
@@ -377,8 +377,8 @@ def _same_tokens(server: _Tally, local: _Tally, temperature: float) -> bool | No
 
 
 def _run_local(pair, prompt: str, num_draft_tokens: int, options: dict) -> RequestResult:
-    from trt_spec.speculative.loop import GenerationParams
-    from trt_spec.text import IncrementalDetokenizer
+    from trt_spec.runtime.loop import GenerationParams
+    from trt_spec.runtime.text import IncrementalDetokenizer
 
     pair.target.reset()
     pair.draft.reset()

@@ -22,7 +22,7 @@ _HERE = Path(__file__).resolve().parent
 if (_HERE / "trt_spec").is_dir():
     sys.path.insert(0, str(_HERE))
 
-from trt_spec.triton import tensors as T  # noqa: E402
+from trt_spec.runtime import tensors as T  # noqa: E402
 
 
 class RequestError(ValueError):

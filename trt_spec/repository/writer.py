@@ -1,11 +1,11 @@
 """Write a Triton model repository for a plan: configs, model sources, tokenizer files.
 
 The repository is relocatable: each python model's version directory holds its ``model.py``, a
-copy of the ``trt_spec`` package sources it imports (the very code that wrote the repository, as
-TensorRT-LLM's BLS model carries its ``lib/``) and, for pre- and postprocessing, the target's
-tokenizer files; engine paths can name a container's mount point. What the serving Python needs
-is ``trt_spec``'s dependencies (numpy < 2, torch, transformers, pydantic, pyyaml), not
-``trt_spec`` itself. The torch flavor's engine models read the Hugging Face checkpoints from
+copy of the runtime package (``trt_spec/runtime/``, the only part of ``trt_spec`` that runs
+inside Triton, as TensorRT-LLM's BLS model carries its ``lib/``) and, for pre- and
+postprocessing, the target's tokenizer files; engine paths can name a container's mount point.
+What the serving Python needs is the runtime's dependencies (numpy < 2, torch, transformers),
+not ``trt_spec`` itself. The torch flavor's engine models read the Hugging Face checkpoints from
 where the spec names them.
 The whole repository is written into a sibling temporary directory and renamed into place.
 """
@@ -16,19 +16,22 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trt_spec import atomic
+from trt_spec import atomic, runtime
 from trt_spec.errors import RepositoryError
 from trt_spec.layout import model_repo_dir
 from trt_spec.plan import Plan, make_plan
 from trt_spec.spec import Spec
-from trt_spec.triton import configs
-from trt_spec.triton import tensors as T
+from trt_spec.repository import configs
+from trt_spec.runtime import tensors as T
 
-MODELS_SOURCE_DIR = Path(__file__).parent / "models"
-PACKAGE_DIR = Path(__file__).resolve().parents[1]  # trt_spec/
-PACKAGE_COPY_NAME = "trt_spec"
-# Not needed to serve: the CLI, packaged data, the model sources themselves, bytecode.
-PACKAGE_COPY_IGNORE = ("__pycache__", "*.pyc", "cli", "data", "models")
+RUNTIME_DIR = Path(runtime.__file__).resolve().parent  # trt_spec/runtime/
+MODELS_SOURCE_DIR = RUNTIME_DIR / "models"
+# The copy keeps the runtime's import path, trt_spec.runtime, under a package file of its own
+# that says what it is; nothing else of trt_spec is copied.
+RUNTIME_COPY = Path("trt_spec") / "runtime"
+RUNTIME_COPY_PACKAGE_FILE = '"""A copy of trt_spec.runtime (only that) for the Triton python models beside it."""\n'
+# Not needed to serve: the model sources themselves (each is copied as its model.py), bytecode.
+RUNTIME_COPY_IGNORE = ("__pycache__", "*.pyc", "models")
 # The torch flavor's two engine models share one source; its config's `role` tells them apart.
 SHARED_SOURCES = {(T.TARGET, "torch"): "torch_engine", (T.DRAFT, "torch"): "torch_engine"}
 # What AutoTokenizer may read; whichever of these the checkpoint has is copied.
@@ -45,24 +48,13 @@ KEPT_FILE = "README.md"
 class RepositoryResult:
     path: Path
     flavor: str
-    models: list[str] = field(default_factory=list)  # complete: config and (python) sources
-    pending: list[str] = field(default_factory=list)  # config written; model.py not available yet
+    models: list[str] = field(default_factory=list)  # config and (python) sources
     notes: list[str] = field(default_factory=list)  # for the caller to show; the library never prints
 
-    @property
-    def complete(self) -> bool:
-        return not self.pending
 
-
-def source_dir(model: str, flavor: str) -> Path | None:
-    """The packaged ``model.py`` folder of a python model, or None when there is none yet."""
-    if (model, flavor) in SHARED_SOURCES:
-        return MODELS_SOURCE_DIR / SHARED_SOURCES[(model, flavor)]
-    candidates = [MODELS_SOURCE_DIR / f"{model}_{flavor}", MODELS_SOURCE_DIR / model]
-    for candidate in candidates:
-        if (candidate / "model.py").is_file():
-            return candidate
-    return None
+def source_dir(model: str, flavor: str) -> Path:
+    """The packaged ``model.py`` folder of a python model."""
+    return MODELS_SOURCE_DIR / SHARED_SOURCES.get((model, flavor), model)
 
 
 def target_tokenizer_dir(spec: Spec) -> Path:
@@ -90,7 +82,7 @@ def write_repository(
 
     With engines built, they are cross-checked against the spec first; without, the configs
     follow the plan and a note says so. ``adaptive_draft`` and ``torch_threads``:
-    see :func:`trt_spec.triton.configs.settings_from_plan`.
+    see :func:`trt_spec.repository.configs.settings_from_plan`.
 
     Raises:
         EngineMismatchError: a built engine disagrees with the spec.
@@ -131,14 +123,11 @@ def write_repository(
                 (partial / name / "1").mkdir()
                 result.models.append(name)
                 continue
-            source = source_dir(name, flavor)
-            if source is None:
-                result.pending.append(name)
-                continue
             version = partial / name / "1"
             version.mkdir(parents=True)
-            shutil.copy2(source / "model.py", version / "model.py")
-            shutil.copytree(PACKAGE_DIR, version / PACKAGE_COPY_NAME, ignore=shutil.ignore_patterns(*PACKAGE_COPY_IGNORE))
+            shutil.copy2(source_dir(name, flavor) / "model.py", version / "model.py")
+            shutil.copytree(RUNTIME_DIR, version / RUNTIME_COPY, ignore=shutil.ignore_patterns(*RUNTIME_COPY_IGNORE))
+            (version / RUNTIME_COPY.parent / "__init__.py").write_text(RUNTIME_COPY_PACKAGE_FILE)
             if name in TOKENIZER_MODELS:
                 (version / configs.TOKENIZER_SUBDIR).mkdir()
                 for path in tokenizer_files:
@@ -146,8 +135,6 @@ def write_repository(
             result.models.append(name)
         if (final / KEPT_FILE).is_file():
             shutil.copy2(final / KEPT_FILE, partial / KEPT_FILE)
-    if result.pending:
-        result.notes.append(f"not servable: no model source for {', '.join(result.pending)}; their config.pbtxt is written")
     if flavor == "torch":
         result.notes.append(
             f"torch flavor: the engine models run the Hugging Face checkpoints {hf_dirs.get('target')} and "

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trt_spec.errors import GenerationParamsError
+from trt_spec.runtime.errors import GenerationParamsError
 
 GREEDY_TEMPERATURE = 0.0
 NO_TOP_K = 0  # top_k = 0 keeps the whole vocabulary

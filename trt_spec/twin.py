@@ -1,7 +1,7 @@
 """The PyTorch twin: the draft -> verify loop in-process on a spec's two Hugging Face checkpoints.
 
 :class:`TorchDrafter` and :class:`TorchVerifier` implement the loop's protocol over two
-:class:`~trt_spec.speculative.torch_engine.TorchCausalLM` engines; :class:`TwinPair` loads both
+:class:`~trt_spec.runtime.torch_engine.TorchCausalLM` engines; :class:`TwinPair` loads both
 (plus the shared tokenizer) and starts requests.
 """
 
@@ -15,9 +15,9 @@ import torch
 
 from trt_spec.errors import GenerationParamsError, PairMismatch
 from trt_spec.spec import Spec
-from trt_spec.speculative.loop import Draft, Generation, GenerationParams
-from trt_spec.speculative.sampling import SamplingParams, greedy_verify, probabilities, rejection_sample, sample
-from trt_spec.speculative.torch_engine import TorchCausalLM
+from trt_spec.runtime.loop import Draft, Generation, GenerationParams
+from trt_spec.runtime.sampling import SamplingParams, greedy_verify, probabilities, rejection_sample, sample
+from trt_spec.runtime.torch_engine import TorchCausalLM
 
 
 class TorchDrafter:

@@ -1,13 +1,13 @@
 """A small gRPC client for the ensemble: streaming generation with acceptance statistics.
 
-    from trt_spec.triton.client import SpecClient
+    from trt_spec.client import SpecClient
 
     with SpecClient("127.0.0.1:8001") as client:
         for event in client.generate("def fibonacci(n):", max_tokens=64):
             print(event.text, end="", flush=True)
         print(event.acceptance_rate)
 
-Tensor names, dtypes and shapes come from :mod:`trt_spec.triton.tensors` (the ensemble takes
+Tensor names, dtypes and shapes come from :mod:`trt_spec.runtime.tensors` (the ensemble takes
 scalars as shape ``[1, 1]``). One client holds one gRPC stream, so it serves one request at a
 time; run one client per concurrent request.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trt_spec.errors import GenerationError, ServerUnreachable
-from trt_spec.triton import tensors as T
+from trt_spec.runtime import tensors as T
 
 DEFAULT_URL = "127.0.0.1:8001"
 _FINAL = "triton_final_response"

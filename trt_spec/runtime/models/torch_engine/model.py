@@ -1,7 +1,7 @@
 """Triton python model ``tensorrt_llm`` / ``tensorrt_llm_draft`` of the torch flavor.
 
 TensorRT-LLM's engine tensor interface over the PyTorch twin (the logic, and what it takes and
-returns, is :mod:`trt_spec.triton.twin_engine`); this file only moves tensors in and out. The
+returns, is :mod:`trt_spec.runtime.twin_engine`); this file only moves tensors in and out. The
 config's ``role`` parameter says which engine it is; ``hf_model_dir`` names the checkpoint.
 
 Imports ``trt_spec`` from the copy the repository writer puts beside this file (the code that
@@ -20,14 +20,14 @@ if (_HERE / "trt_spec").is_dir():
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from trt_spec.triton.twin_engine import EngineRequestError, TwinEngine  # noqa: E402
+from trt_spec.runtime.twin_engine import EngineRequestError, TwinEngine  # noqa: E402
 
 
 class TritonPythonModel:
     def initialize(self, args):
         import torch
 
-        from trt_spec.speculative.torch_engine import TorchCausalLM
+        from trt_spec.runtime.torch_engine import TorchCausalLM
 
         config = json.loads(args["model_config"])
         parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}

@@ -1,7 +1,7 @@
 """The torch flavor's engine models: TensorRT-LLM's tensor interface over the PyTorch twin.
 
 ``tensorrt_llm`` (target) and ``tensorrt_llm_draft`` take and return what TensorRT-LLM 1.2.x's
-C++ backend does (names and shapes in :mod:`trt_spec.triton.tensors`), so one loop model serves
+C++ backend does (names and shapes in :mod:`trt_spec.runtime.tensors`), so one loop model serves
 both flavors:
 
 - the **draft** generates up to ``request_output_len`` tokens (stopping after ``end_id``) and,
@@ -15,7 +15,7 @@ both flavors:
 Sampling follows TensorRT-LLM's inputs: greedy when ``runtime_top_k`` is 1, ``temperature`` is 0,
 or none of ``temperature``/``runtime_top_k``/``runtime_top_p`` is sent (its default); otherwise
 temperature (default 1), top-k (0 = off) and top-p (0 or 1 = off) are applied by
-:func:`~trt_spec.speculative.sampling.probabilities`, exactly as the in-process twin does.
+:func:`~trt_spec.runtime.sampling.probabilities`, exactly as the in-process twin does.
 ``seed`` seeds one ``torch.Generator`` per call; without it each call draws fresh randomness.
 
 There is no session key: KV caches are reused by token prefix (:class:`PrefixCachePool`).
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from trt_spec.speculative.prefix_cache import PrefixCachePool
-from trt_spec.speculative.sampling import (
+from trt_spec.runtime.prefix_cache import PrefixCachePool
+from trt_spec.runtime.sampling import (
     SamplingParams,
     greedy_verify,
     probabilities,
@@ -40,8 +40,8 @@ from trt_spec.speculative.sampling import (
     sample,
     token_match_verify,
 )
-from trt_spec.speculative.torch_engine import TorchCausalLM
-from trt_spec.triton import tensors as T
+from trt_spec.runtime.torch_engine import TorchCausalLM
+from trt_spec.runtime import tensors as T
 
 ROLES = ("target", "draft")
 

@@ -1,4 +1,4 @@
-"""The loop model's logic: :class:`~trt_spec.speculative.loop.LoopState` driven by async calls to
+"""The loop model's logic: :class:`~trt_spec.runtime.loop.LoopState` driven by async calls to
 the two engine models, by TensorRT-LLM's tensor names, with the streaming window protocol.
 
 Library code without Triton: ``models/tensorrt_llm_bls/model.py`` supplies an
@@ -10,7 +10,7 @@ fewer, e.g. after ``end_id``), the target for ``request_output_len`` = len(draft
 ``draft_input_ids`` (and ``draft_logits`` when acceptance is probabilistic and the request
 samples); the target's answer is committed to the state. We never send
 ``draft_acceptance_threshold``: a threshold makes acceptance inexact. Each engine call gets its
-own seed derived from the request's (:func:`~trt_spec.speculative.loop.call_seed`); a request
+own seed derived from the request's (:func:`~trt_spec.runtime.loop.call_seed`); a request
 without a seed gets a fresh random one.
 """
 
@@ -24,9 +24,9 @@ from typing import Protocol
 
 import numpy as np
 
-from trt_spec.errors import GenerationParamsError
-from trt_spec.speculative.loop import GenerationParams, LoopState, call_seed
-from trt_spec.triton import tensors as T
+from trt_spec.runtime.errors import GenerationParamsError
+from trt_spec.runtime.loop import GenerationParams, LoopState, call_seed
+from trt_spec.runtime import tensors as T
 
 _SEED_BITS = 63
 
@@ -299,7 +299,7 @@ def _draft_logits(outputs: Mapping[str, np.ndarray], num_tokens: int, model: str
 
 class ResponseWindows:
     """The loop's side of the streaming-safe detokenization protocol documented in
-    :mod:`trt_spec.triton.tensors`: each response's ``output_ids`` window and ``num_context_tokens``."""
+    :mod:`trt_spec.runtime.tensors`: each response's ``output_ids`` window and ``num_context_tokens``."""
 
     def __init__(self) -> None:
         self.sent = 0  # tokens covered by earlier responses

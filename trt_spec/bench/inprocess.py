@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
-from trt_spec.spec import MAX_DRAFT_TOKENS
-from trt_spec.speculative.loop import GenerationParams, RequestStats, expected_tokens_per_call
-from trt_spec.speculative.twin import TwinPair
+from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
+from trt_spec.runtime.loop import GenerationParams, RequestStats, expected_tokens_per_call
+from trt_spec.twin import TwinPair
 
 PROMPTS_RESOURCE = ("data", "prompts", "pystdlib_heldout.json")
 DEFAULT_KS = (1, 2, 3, 4, 6, 8)

@@ -34,7 +34,7 @@ and a draft in one server. Facts this module relies on, from NVIDIA/TensorRT-LLM
 
 Its per-rank ``--backend-config=python,shm-region-prefix-name=prefix<rank>_`` is left out: with
 one Triton process there is nothing to keep apart, and the default prefix is what
-:mod:`trt_spec.triton.server` cleans up after.
+:mod:`trt_spec.serving.server` cleans up after.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from trt_spec.build import MANIFEST, installed_versions, read_manifest
+from trt_spec.engines.build import MANIFEST, installed_versions, read_manifest
 from trt_spec.errors import EngineNotFoundError, EngineVersionMismatch, RepositoryError
 
 BACKEND = "tensorrtllm"

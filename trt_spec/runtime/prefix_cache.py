@@ -3,7 +3,7 @@
 TensorRT-LLM's engine models take the whole sequence on every call and nothing that names the
 request it belongs to; with KV-cache block reuse they find the longest prefix they have already
 computed and run only the rest. :class:`PrefixCachePool` does the same for the PyTorch twin: a
-least-recently-used set of :class:`~trt_spec.speculative.torch_engine.TorchCausalLM` caches over
+least-recently-used set of :class:`~trt_spec.runtime.torch_engine.TorchCausalLM` caches over
 one model's weights, and each call resumes from the cache holding the longest prefix of its
 sequence.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trt_spec.speculative.torch_engine import TorchCausalLM, common_prefix_length
+from trt_spec.runtime.torch_engine import TorchCausalLM, common_prefix_length
 
 
 class PrefixCachePool:

@@ -8,7 +8,7 @@ this environment's ``bin`` first on ``PATH`` (the stub finds its Python through 
 
 A repository with TensorRT-LLM engine models needs ``tritonserver`` from PATH (the bundled CPU
 server has no ``tensorrtllm`` backend) and runs in the backend's orchestrator mode under
-``mpirun`` (:mod:`trt_spec.triton.trtllm` says why and where the facts come from).
+``mpirun`` (:mod:`trt_spec.serving.trtllm` says why and where the facts come from).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trt_spec.errors import ServerError
-from trt_spec.triton.trtllm import EngineModel, engine_models, orchestrator_command
+from trt_spec.serving.trtllm import EngineModel, engine_models, orchestrator_command
 
 SHM_GLOB = "triton_python_backend_shm_region_*"
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}

@@ -1,0 +1,1 @@
+"""Benchmarks: speculative against plain decoding, in-process and through a server."""

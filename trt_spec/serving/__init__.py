@@ -1,0 +1,1 @@
+"""Serving a model repository: the Triton launcher and TensorRT-LLM's serving checks."""
