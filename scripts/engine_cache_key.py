@@ -14,29 +14,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import subprocess
-from importlib import metadata
 
+from trt_spec.engines.build import query_gpus
+from trt_spec.engines.versions import installed_versions
 from trt_spec.layout import lock_path
 from trt_spec.plan import make_plan
 from trt_spec.spec import load_spec
 
 
-def installed(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "absent"
-
-
 def compute_capability() -> str:
-    try:
-        return subprocess.run(
-            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "no-gpu"
+    """The GPUs' compute capabilities ("9.0"; comma-separated where they differ), or "no-gpu"."""
+    return ",".join(sorted({gpu.compute_capability for gpu in query_gpus()})) or "no-gpu"
 
 
 def main() -> None:
@@ -48,8 +36,7 @@ def main() -> None:
     inputs = {
         "plan": make_plan(spec).to_json(),
         "lock": lock.read_text() if lock.is_file() else None,
-        "tensorrt_llm": installed("tensorrt_llm"),
-        "tensorrt": installed("tensorrt"),
+        **installed_versions(),  # None where a package is absent
         "compute_capability": compute_capability(),
     }
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()

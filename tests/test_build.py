@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import EXAMPLES
 
-from trt_spec.engines import build as build_lib
-from trt_spec.engines.build import Gpu, Toolchain, build_engines, read_manifest
 from trt_spec.cli import main
+from trt_spec.engines import build as build_lib
+from trt_spec.engines.build import Gpu, Toolchain, build_engines
+from trt_spec.engines.manifest import read_manifest
+from trt_spec.engines.versions import package_version
 from trt_spec.errors import BuildStepFailed, CheckpointMissing, ToolchainMissing
 from trt_spec.plan import make_plan
 from trt_spec.spec import load_spec, parse_spec
-
-from conftest import EXAMPLES
 
 HOPPER = Toolchain("1.2.0", "10.13.0", (Gpu("NVIDIA H100 80GB HBM3", "9.0", 81559),))
 
@@ -87,7 +88,7 @@ def test_builds_both_engines_with_the_planned_argv_and_a_manifest(workdir):
         planned = list(plan.engine(role).build_argv[1:])
         out = call.index("--output_dir") + 1
         # Same argv, except the output goes to a temporary sibling that is renamed afterwards.
-        assert call[:out] + call[out + 1:] == planned[:out] + planned[out + 1:]
+        assert call[:out] + call[out + 1 :] == planned[:out] + planned[out + 1 :]
         assert Path(call[out]).parent == Path(planned[out]).parent
         assert Path(call[out]).name.startswith(f".{role}.partial-")
 
@@ -186,15 +187,21 @@ def test_interrupted_build_leftovers_are_removed(workdir):
     assert not stale.exists()
 
 
-def test_missing_checkpoint_without_converter(workdir, monkeypatch):
-    monkeypatch.setattr(build_lib, "_default_converter", lambda: None)
-    with pytest.raises(CheckpointMissing, match=r"target: no TensorRT-LLM checkpoint at checkpoints/pystdlib/target/trtllm"):
-        build_engines(demo_plan(), HOPPER)
+def test_missing_checkpoint_after_conversion(workdir):
+    def converts_nothing(spec, role, *, force=False, progress=None):
+        return None
+
+    with pytest.raises(
+        CheckpointMissing, match=r"target: no TensorRT-LLM checkpoint at checkpoints/pystdlib/target/trtllm"
+    ):
+        build_engines(demo_plan(), HOPPER, convert=converts_nothing)
 
 
 def test_cli_build_without_toolchain_is_one_clear_line(workdir, monkeypatch):
     def missing():
-        raise ToolchainMissing("cannot build here: the tensorrt_llm package is not installed; `trt-spec build --dry-run` shows the commands")
+        raise ToolchainMissing(
+            "cannot build here: the tensorrt_llm package is not installed; `trt-spec build --dry-run` shows the commands"
+        )
 
     monkeypatch.setattr(build_lib, "probe_toolchain", missing)
     result = CliRunner().invoke(main, ["build", "--spec", str(EXAMPLES / "pystdlib-demo.yaml")])
@@ -206,7 +213,7 @@ def test_cli_build_without_toolchain_is_one_clear_line(workdir, monkeypatch):
 
 
 def test_real_probe_on_this_machine_names_what_is_missing():
-    if build_lib._first_version("tensorrt_llm") is not None:
+    if package_version("tensorrt_llm") is not None:
         pytest.skip("tensorrt_llm is installed here")
     with pytest.raises(ToolchainMissing, match=r"tensorrt_llm package is not installed.*--dry-run"):
         build_lib.probe_toolchain()
@@ -224,7 +231,7 @@ def test_cli_dry_run_prints_the_commands(workdir):
 
 def test_cli_build_with_fake_toolchain(workdir, monkeypatch):
     monkeypatch.setattr(build_lib, "probe_toolchain", lambda: HOPPER)
-    monkeypatch.setattr(build_lib, "_default_converter", lambda: fake_convert)
+    monkeypatch.setattr(build_lib, "convert_checkpoint", fake_convert)
     args = ["build", "--spec", str(EXAMPLES / "pystdlib-demo.yaml")]
     first = CliRunner().invoke(main, args)
     assert first.exit_code == 0, first.output

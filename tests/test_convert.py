@@ -21,8 +21,9 @@ from click.testing import CliRunner
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
-from trt_spec.checkpoints.convert import MANIFEST, convert_checkpoint
+from trt_spec.checkpoints.convert import convert_checkpoint
 from trt_spec.cli import main
+from trt_spec.engines.manifest import MANIFEST
 from trt_spec.errors import ConversionFailed, NotDownloadedError
 from trt_spec.layout import trtllm_checkpoint_dir
 from trt_spec.spec import parse_spec
@@ -46,8 +47,13 @@ def make_spec(tmp_path: Path, target: str | Path, draft: str | Path, *, target_t
 def tiny_llama(directory: Path, *, dtype=torch.float16, mistral=False, **overrides) -> Path:
     """A random Llama (or Mistral) saved as transformers does, with the demo tokenizer beside it."""
     settings = dict(
-        vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128,
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
         architectures=["MistralForCausalLM" if mistral else "LlamaForCausalLM"],
     )
     settings.update(overrides)
@@ -80,7 +86,7 @@ def reassemble(checkpoint_dir: Path) -> dict[str, torch.Tensor]:
     def vocab_rows(name: str) -> torch.Tensor:
         stacked = torch.cat([weights[name] for weights in ranks], dim=0)  # [vocab padded to tp, hidden]
         assert stacked.shape[0] == -(-config["vocab_size"] // tp) * tp
-        assert not stacked[config["vocab_size"]:].any(), "vocabulary padding must be zeros"
+        assert not stacked[config["vocab_size"] :].any(), "vocabulary padding must be zeros"
         return stacked[: config["vocab_size"]]
 
     hf = {
@@ -128,14 +134,35 @@ def test_demo_pair_converts_and_round_trips(tmp_path, target_tp, draft_tp):
             ["config.json", MANIFEST, "quant_cfg.json"] + [f"rank{r}.safetensors" for r in range(tp)]
         )
         config = json.loads((result.output_dir / "config.json").read_text())
-        assert {key: config[key] for key in (
-            "architecture", "dtype", "vocab_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-            "hidden_size", "head_size", "position_embedding_type", "mapping", "rotary_base", "rotary_scaling",
-        )} == {
-            "architecture": "LlamaForCausalLM", "dtype": "float16", "vocab_size": 4096, "num_hidden_layers": layers,
-            "num_attention_heads": heads, "num_key_value_heads": kv_heads, "hidden_size": hidden, "head_size": 32,
-            "position_embedding_type": "rope_gpt_neox", "mapping": {"world_size": tp, "tp_size": tp, "pp_size": 1},
-            "rotary_base": 10000.0, "rotary_scaling": None,
+        assert {
+            key: config[key]
+            for key in (
+                "architecture",
+                "dtype",
+                "vocab_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "hidden_size",
+                "head_size",
+                "position_embedding_type",
+                "mapping",
+                "rotary_base",
+                "rotary_scaling",
+            )
+        } == {
+            "architecture": "LlamaForCausalLM",
+            "dtype": "float16",
+            "vocab_size": 4096,
+            "num_hidden_layers": layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads,
+            "hidden_size": hidden,
+            "head_size": 32,
+            "position_embedding_type": "rope_gpt_neox",
+            "mapping": {"world_size": tp, "tp_size": tp, "pp_size": 1},
+            "rotary_base": 10000.0,
+            "rotary_scaling": None,
         }
         assert config["quantization"]["quant_algo"] is None
         assert_round_trip(result.output_dir, DEMO / role, "float16")
@@ -174,8 +201,13 @@ def test_float32_weights_become_a_bfloat16_checkpoint(tmp_path):
     assert_round_trip(result.output_dir, model_dir, "bfloat16")
 
 
-LLAMA3_SCALING = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                  "original_max_position_embeddings": 64, "rope_type": "llama3"}
+LLAMA3_SCALING = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+    "rope_type": "llama3",
+}
 
 
 @pytest.mark.parametrize(
@@ -211,8 +243,9 @@ def test_unchanged_inputs_skip_and_changed_ones_convert_again(tmp_path):
 
     assert not convert_checkpoint(spec, "target", force=True).skipped
     assert not convert_checkpoint(make_spec(tmp_path, model_dir, DEMO / "draft", target_tp=2), "target").skipped
-    assert not convert_checkpoint(make_spec(tmp_path, model_dir, DEMO / "draft", target_tp=2, dtype="bfloat16"),
-                                  "target").skipped
+    assert not convert_checkpoint(
+        make_spec(tmp_path, model_dir, DEMO / "draft", target_tp=2, dtype="bfloat16"), "target"
+    ).skipped
     spec = make_spec(tmp_path, model_dir, DEMO / "draft", target_tp=2, dtype="bfloat16")
     assert convert_checkpoint(spec, "target").skipped
     os.utime(model_dir / "model.safetensors")  # a re-saved source
@@ -243,7 +276,9 @@ def test_an_unsupported_architecture_is_refused_before_loading(tmp_path):
     model_dir = tiny_llama(tmp_path / "model")
     config = json.loads((model_dir / "config.json").read_text())
     (model_dir / "config.json").write_text(json.dumps({**config, "architectures": ["Qwen2ForCausalLM"]}))
-    with pytest.raises(ConversionFailed, match=r"target: .* is Qwen2ForCausalLM; the converter supports LlamaForCausalLM"):
+    with pytest.raises(
+        ConversionFailed, match=r"target: .* is Qwen2ForCausalLM; the converter supports LlamaForCausalLM"
+    ):
         convert_checkpoint(make_spec(tmp_path, model_dir, DEMO / "draft"), "target")
     assert not trtllm_checkpoint_dir(make_spec(tmp_path, model_dir, DEMO / "draft"), "target").exists()
 
@@ -262,10 +297,14 @@ def test_a_downloaded_hub_snapshot_converts_with_its_commit(tmp_path):
 
     commit = "c" * 40
     populate_cache(tmp_path / "hub", "acme/tiny", DEMO / "draft", commit)
-    spec = parse_spec({
-        "name": "hub", "target": {"model": str(DEMO / "target")}, "draft": {"model": "acme/tiny"},
-        "paths": {"checkpoints": str(tmp_path / "checkpoints"), "hf_cache": str(tmp_path / "hub")},
-    })
+    spec = parse_spec(
+        {
+            "name": "hub",
+            "target": {"model": str(DEMO / "target")},
+            "draft": {"model": "acme/tiny"},
+            "paths": {"checkpoints": str(tmp_path / "checkpoints"), "hf_cache": str(tmp_path / "hub")},
+        }
+    )
     download(spec, progress=False)
     result = convert_checkpoint(spec, "draft")
     assert result.source_commit == commit

@@ -3,25 +3,27 @@
 import json
 
 import pytest
+from conftest import DEMO_PAIR
 
-from trt_spec.engines.build import build_engines, probe_toolchain, read_manifest
+from trt_spec.engines.build import build_engines, probe_toolchain
+from trt_spec.engines.manifest import read_manifest
 from trt_spec.plan import make_plan
 from trt_spec.spec import parse_spec
-
-from conftest import DEMO_PAIR
 
 pytestmark = pytest.mark.gpu
 
 
 def test_build_demo_pair_engines(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    spec = parse_spec({
-        "name": "tiny",
-        "target": {"model": str(DEMO_PAIR / "target")},
-        "draft": {"model": str(DEMO_PAIR / "draft")},
-        "speculative": {"num_draft_tokens": 4},
-        "engine": {"max_batch_size": 4, "max_input_len": 256, "max_seq_len": 512},
-    })
+    spec = parse_spec(
+        {
+            "name": "tiny",
+            "target": {"model": str(DEMO_PAIR / "target")},
+            "draft": {"model": str(DEMO_PAIR / "draft")},
+            "speculative": {"num_draft_tokens": 4},
+            "engine": {"max_batch_size": 4, "max_input_len": 256, "max_seq_len": 512},
+        }
+    )
     plan = make_plan(spec)
     toolchain = probe_toolchain()
     results = build_engines(plan, toolchain)

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import EXAMPLES
 
 from trt_spec.cli import main, serve_cmds
+from trt_spec.engines.versions import installed_versions
 from trt_spec.errors import EngineNotFoundError, EngineVersionMismatch, RepositoryError, ServerError
 from trt_spec.plan import make_plan
-from trt_spec.spec import load_spec
 from trt_spec.repository import configs
 from trt_spec.runtime import tensors as T
 from trt_spec.serving.server import free_port, server_command
 from trt_spec.serving.trtllm import EngineModel, check_engines, engine_models, orchestrator_command
-
-from conftest import EXAMPLES
+from trt_spec.spec import load_spec
 
 TRT_SPEC = str(Path(sys.executable).parent / "trt-spec")
 BUILT_WITH = {"tensorrt_llm_version": "1.2.0", "tensorrt_version": "10.13.3.9"}
@@ -96,8 +96,11 @@ def _records(path: Path) -> list[dict]:
 def _settings(tmp_path, monkeypatch, target_tp: int = 4) -> configs.RepositorySettings:
     """The 70B/1B example's tensorrtllm settings, engines mounted under tmp_path, target at ``target_tp``."""
     monkeypatch.chdir(tmp_path)
-    settings = configs.settings_from_plan(make_plan(load_spec(EXAMPLES / "llama70b-1b-4xh100.yaml")),
-                                          flavor="tensorrtllm", engines_mount=tmp_path / "engines")
+    settings = configs.settings_from_plan(
+        make_plan(load_spec(EXAMPLES / "llama70b-1b-4xh100.yaml")),
+        flavor="tensorrtllm",
+        engines_mount=tmp_path / "engines",
+    )
     return dataclasses.replace(settings, target=dataclasses.replace(settings.target, tp_size=target_tp))
 
 
@@ -133,7 +136,9 @@ def test_target_ranks_take_gpus_from_0_and_the_tp1_draft_shares_gpu_0(tmp_path, 
         # Orchestrator mode with spawned workers: no participant_ids, no fast logits.
         assert "participant_ids" not in _params(config)
         assert _params(config)["speculative_decoding_fast_logits"] == "false"
-        assert [(group.count, group.kind) for group in config.instance_group] == [(1, config.instance_group[0].KIND_CPU)]
+        assert [(group.count, group.kind) for group in config.instance_group] == [
+            (1, config.instance_group[0].KIND_CPU)
+        ]
 
 
 def test_engine_models_are_read_from_the_written_configs(tmp_path, monkeypatch):
@@ -186,10 +191,13 @@ def test_engines_built_with_the_runtime_versions_pass(tmp_path):
     assert check_engines(_models(tmp_path), dict(BUILT_WITH)) == []
 
 
-@pytest.mark.parametrize(("key", "runtime_value", "label"), [
-    ("tensorrt_llm_version", "1.2.1", "TensorRT-LLM"),
-    ("tensorrt_version", "10.14.1.48", "TensorRT"),
-])
+@pytest.mark.parametrize(
+    ("key", "runtime_value", "label"),
+    [
+        ("tensorrt_llm_version", "1.2.1", "TensorRT-LLM"),
+        ("tensorrt_version", "10.14.1.48", "TensorRT"),
+    ],
+)
 def test_another_version_is_refused_naming_model_versions_and_fix(tmp_path, key, runtime_value, label):
     runtime = {**BUILT_WITH, key: runtime_value}
     with pytest.raises(EngineVersionMismatch) as caught:
@@ -245,9 +253,12 @@ def test_orchestrator_command_runs_tritonserver_under_mpirun_with_its_gpu_pools_
     models = [EngineModel(T.TARGET, Path("/e/t"), (0, 1, 2, 3)), EngineModel(T.DRAFT, Path("/e/d"), (0,))]
     argv, env = orchestrator_command("/usr/bin/mpirun", ["tritonserver", "--model-repository=/r"], models, {"A": "1"})
     assert argv[:6] == ["/usr/bin/mpirun", "--allow-run-as-root", "-n", "1", "tritonserver", "--model-repository=/r"]
-    assert {"--disable-auto-complete-config", "--pinned-memory-pool-byte-size=0", "--enable-peer-access=false"} <= set(argv)
+    assert {"--disable-auto-complete-config", "--pinned-memory-pool-byte-size=0", "--enable-peer-access=false"} <= set(
+        argv
+    )
     assert [arg for arg in argv if arg.startswith("--cuda-memory-pool-byte-size=")] == [
-        f"--cuda-memory-pool-byte-size={gpu}:0" for gpu in range(8)]
+        f"--cuda-memory-pool-byte-size={gpu}:0" for gpu in range(8)
+    ]
     assert env == {"A": "1", "TRTLLM_ORCHESTRATOR": "1", "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES": "1"}
     wide = [EngineModel(T.TARGET, Path("/e/t"), (8, 9))]
     assert "--cuda-memory-pool-byte-size=9:0" in orchestrator_command("mpirun", ["tritonserver"], wide, {})[0]
@@ -259,8 +270,13 @@ def test_server_command_for_engine_models_is_orchestrator_mode(tmp_path, monkeyp
     command = server_command(repo, host="127.0.0.1", http_port=1, grpc_port=2, metrics_port=3)
     try:
         assert command.orchestrator and not command.bundled
-        assert command.argv[:5] == [str(fake_bin.parent / "bin" / "mpirun"), "--allow-run-as-root", "-n", "1",
-                                    str(fake_bin.parent / "bin" / "tritonserver")]
+        assert command.argv[:5] == [
+            str(fake_bin.parent / "bin" / "mpirun"),
+            "--allow-run-as-root",
+            "-n",
+            "1",
+            str(fake_bin.parent / "bin" / "tritonserver"),
+        ]
         assert f"--model-repository={repo.resolve()}" in command.argv
         assert "--backend-directory" not in " ".join(command.argv)  # the container's own backends
         assert command.env["TRTLLM_ORCHESTRATOR"] == "1"
@@ -301,7 +317,7 @@ def test_engine_models_without_mpirun_get_one_clear_error(tmp_path, monkeypatch,
 
 def test_cli_refuses_engines_of_another_version_before_starting_anything(tmp_path, monkeypatch, fake_bin):
     repo = _engine_repo(tmp_path, monkeypatch)
-    monkeypatch.setattr(serve_cmds, "runtime_versions", lambda: {**BUILT_WITH, "tensorrt_llm_version": "1.2.1"})
+    monkeypatch.setattr(serve_cmds, "installed_versions", lambda: {**BUILT_WITH, "tensorrt_llm_version": "1.2.1"})
     result = CliRunner().invoke(main, ["serve", "--repo", str(repo)])
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
@@ -313,7 +329,7 @@ def test_cli_refuses_engines_of_another_version_before_starting_anything(tmp_pat
 def test_cli_skip_version_check_starts_with_other_versions(tmp_path, monkeypatch, fake_bin):
     """With the flag the check gives way; the server start then fails on purpose (a port is taken)."""
     repo = _engine_repo(tmp_path, monkeypatch, manifest=None)
-    monkeypatch.setattr(serve_cmds, "runtime_versions", lambda: dict(BUILT_WITH))
+    monkeypatch.setattr(serve_cmds, "installed_versions", lambda: dict(BUILT_WITH))
     refused = CliRunner().invoke(main, ["serve", "--repo", str(repo)])
     assert refused.exit_code == 1 and "manifest.json is missing" in refused.output
     monkeypatch.setattr(serve_cmds, "TritonServer", _NoServer)
@@ -338,9 +354,23 @@ def test_cli_serves_engine_models_in_orchestrator_mode(tmp_path, monkeypatch, fa
     repo = _engine_repo(tmp_path, monkeypatch)
     ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
     process = subprocess.Popen(
-        [TRT_SPEC, "serve", "--repo", str(repo), "--grpc-port", str(ports["grpc"]), "--http-port", str(ports["http"]),
-         "--metrics-port", str(ports["metrics"]), "--ready-timeout", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            TRT_SPEC,
+            "serve",
+            "--repo",
+            str(repo),
+            "--grpc-port",
+            str(ports["grpc"]),
+            "--http-port",
+            str(ports["http"]),
+            "--metrics-port",
+            str(ports["metrics"]),
+            "--ready-timeout",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         line = process.stdout.readline()
@@ -352,7 +382,7 @@ def test_cli_serves_engine_models_in_orchestrator_mode(tmp_path, monkeypatch, fa
         if process.poll() is None:
             process.kill()
             process.wait()
-    if not any(_installed(name) for name in ("tensorrt_llm", "tensorrt")):
+    if all(version is None for version in installed_versions().values()):
         assert "warning: cannot compare the engines' versions" in stderr and "TensorRT-LLM 1.2.0" in stderr
     mpirun, tritonserver = _records(fake_bin)
     assert mpirun["tool"] == "mpirun" and tritonserver["tool"] == "tritonserver"
@@ -361,19 +391,14 @@ def test_cli_serves_engine_models_in_orchestrator_mode(tmp_path, monkeypatch, fa
     argv = tritonserver["argv"]
     assert f"--model-repository={repo.resolve()}" in argv
     assert f"--grpc-port={ports['grpc']}" in argv and f"--http-port={ports['http']}" in argv
-    assert {"--disable-auto-complete-config", "--pinned-memory-pool-byte-size=0", "--enable-peer-access=false",
-            "--cuda-memory-pool-byte-size=0:0", "--cuda-memory-pool-byte-size=3:0"} <= set(argv)
+    assert {
+        "--disable-auto-complete-config",
+        "--pinned-memory-pool-byte-size=0",
+        "--enable-peer-access=false",
+        "--cuda-memory-pool-byte-size=0:0",
+        "--cuda-memory-pool-byte-size=3:0",
+    } <= set(argv)
     assert not Path(f"/proc/{tritonserver['pid']}").exists() or _is_zombie(tritonserver["pid"])
-
-
-def _installed(name: str) -> bool:
-    from importlib import metadata
-
-    try:
-        metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return False
-    return True
 
 
 def _is_zombie(pid: int) -> bool:
@@ -381,3 +406,12 @@ def _is_zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_serving_reads_the_parameters_the_writer_names():
+    from dataclasses import fields
+
+    from trt_spec.runtime.parameters import TensorrtLlmParameters
+    from trt_spec.serving import trtllm
+
+    assert {trtllm.MODEL_PATH_KEY, trtllm.DEVICE_IDS_KEY} <= {field.name for field in fields(TensorrtLlmParameters)}

@@ -10,9 +10,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from trt_spec.errors import GenerationParamsError
-from trt_spec.runtime.loop import Generation, GenerationParams
+from trt_spec.runtime.loop import Generation, GenerationParams, common_prefix_length
 from trt_spec.runtime.sampling import SamplingParams, probabilities
-from trt_spec.runtime.torch_engine import TorchCausalLM, common_prefix_length
+from trt_spec.runtime.torch_engine import TorchCausalLM
 from trt_spec.twin import TorchDrafter, TorchVerifier
 
 VOCAB = 64
@@ -69,7 +69,7 @@ def reference_greedy(model, prompt, num_tokens) -> tuple[list[int], list[torch.T
             logits = model(torch.tensor([tokens])).logits[0, -1]
             step_logits.append(logits)
             tokens.append(int(logits.argmax()))
-    return tokens[len(prompt):], step_logits
+    return tokens[len(prompt) :], step_logits
 
 
 def assert_same_greedy(output, reference, reference_logits):

@@ -1,4 +1,14 @@
-"""Where every file of a deployment lives (DESIGN.md, "Where files go"). Pure path arithmetic."""
+"""Where every file of a deployment lives. Pure path arithmetic.
+
+- ``<paths.checkpoints>/<name>/lock.json``: the download lock file, each model's resolved commit;
+- ``<paths.checkpoints>/<name>/<role>/trtllm/``: the converted TensorRT-LLM checkpoint, with ``manifest.json``;
+- ``<paths.checkpoints>/<name>/logs/``: conversion and ``trtllm-build`` logs, one file per step;
+- ``<paths.engines>/<name>/<role>/``: the compiled engine and its ``manifest.json``;
+- ``<paths.model_repo>``: the Triton model repository.
+
+``<role>`` is ``target`` or ``draft``. Hugging Face downloads go to the huggingface_hub cache
+(``paths.hf_cache`` when set).
+"""
 
 from __future__ import annotations
 

@@ -22,15 +22,16 @@ Estimates, each named so it can be checked against a real deployment:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from trt_spec.checkpoints.config import ModelInfo
 
 MIB = 1024**2
 GIB = 1024**3
 
-# Total memory as nvidia-smi reports it (DESIGN.md).
+# Total memory as `nvidia-smi --query-gpu=memory.total` reports it: 81,559 MiB on an H100 SXM
+# ("NVIDIA H100 80GB HBM3"), 143,771 MiB on an H200.
 GPU_CAPACITY_BYTES = {"h100": 81_559 * MIB, "h200": 143_771 * MIB}
-GPU_NAMES = {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200"}
 
 RUNTIME_OVERHEAD_BYTES = 1 * GIB  # per engine per GPU: CUDA context, cuBLAS and NCCL workspaces
 HEADROOM_FRACTION = 0.05  # of each GPU, never planned for
@@ -82,7 +83,7 @@ class MemoryPlan:
     def full_sequences(self) -> int:
         return self.kv_tokens // self.tokens_per_sequence
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "gpu": self.gpu,
             "gpu_capacity_bytes": self.gpu_capacity_bytes,
@@ -110,9 +111,7 @@ def engine_memory(
     replicated = 2 * model.hidden_size + model.hidden_size  # layer norms, final norm
     vocab_per_rank = -(-model.vocab_size // tp_size)  # lm_head rows, padded to a multiple of tp
     lm_head = vocab_per_rank * model.hidden_size  # stored separately even when tied in HF
-    params_per_rank = (
-        model.embedding_params + model.num_layers * (split // tp_size + replicated) + lm_head
-    )
+    params_per_rank = model.embedding_params + model.num_layers * (split // tp_size + replicated) + lm_head
     kv_heads_per_rank = max(1, model.num_kv_heads // tp_size)  # KV heads are replicated when fewer than ranks
     kv_bytes_per_token = 2 * model.num_layers * kv_heads_per_rank * model.head_dim * dtype_bytes
     qkv_width = (model.num_heads + 2 * model.num_kv_heads) * model.head_dim // tp_size

@@ -118,9 +118,7 @@ def _check_architectures(spec: Spec, configs: dict[str, dict]) -> CheckRow:
     for role, config in configs.items():
         architecture = (config.get("architectures") or ["(none)"])[0]
         if architecture not in SUPPORTED_ARCHITECTURES:
-            problems.append(
-                f"{role} is {architecture}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
-            )
+            problems.append(f"{role} is {architecture}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
             continue
         if config.get("hidden_act", "silu") != "silu":
             problems.append(f"{role} uses hidden_act {config['hidden_act']!r}; Llama engines use silu")
@@ -132,9 +130,7 @@ def _check_architectures(spec: Spec, configs: dict[str, dict]) -> CheckRow:
             problems.append(f"{role} is pre-quantized ({method}); use its float16/bfloat16 checkpoint")
         rope_type = _rope_type(config)
         if rope_type not in SUPPORTED_ROPE_TYPES:
-            problems.append(
-                f"{role} uses rope scaling {rope_type!r}; supported: {', '.join(SUPPORTED_ROPE_TYPES)}"
-            )
+            problems.append(f"{role} uses rope scaling {rope_type!r}; supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
         window = config.get("sliding_window")
         needed = _positions_needed(spec, role)
         if architecture == "MistralForCausalLM" and window is not None and window < needed:
@@ -326,7 +322,9 @@ def _check_tokenizers(tokenizers: dict[str, dict]) -> CheckRow:
     if differences:
         shown = "; ".join(differences[: 2 * MAX_LISTED])
         more = len(differences) - 2 * MAX_LISTED
-        return CheckRow("tokenizer", FATAL, f"the tokenizers differ: {shown}" + (f" (+{more} more)" if more > 0 else ""))
+        return CheckRow(
+            "tokenizer", FATAL, f"the tokenizers differ: {shown}" + (f" (+{more} more)" if more > 0 else "")
+        )
     model = target["tokenizer_json"]["model"]
     specials = _special_token_ids(target)
     special_text = ", ".join(f"{name} {token_id}" for name, token_id in specials.items() if token_id is not None)

@@ -27,18 +27,18 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import TextIO
 
 from trt_spec import atomic
 from trt_spec.checkpoints.download import SAFETENSORS_INDEX, Snapshot, local_snapshot
+from trt_spec.engines.manifest import MANIFEST, read_manifest
+from trt_spec.engines.versions import package_version
 from trt_spec.errors import ConversionFailed
 from trt_spec.layout import logs_dir, trtllm_checkpoint_dir
 from trt_spec.spec import Spec
 
 CONVERTER_VERSION = 1  # bump when the output for the same inputs changes
-MANIFEST = "manifest.json"
 # TensorRT-LLM 1.2.x builds both with its LLaMAForCausalLM (its MODEL_MAP).
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM")
 # ModelOpt's decoder family for both.
@@ -84,7 +84,9 @@ def convert_checkpoint(
 
     def result(skipped: bool, log_path: Path | None) -> ConvertResult:
         duration = 0.0 if skipped else round(time.monotonic() - started, 3)
-        return ConvertResult(role, output_dir, skipped, duration, ref.tp_size, dtype, ref.model, snapshot.commit, log_path)
+        return ConvertResult(
+            role, output_dir, skipped, duration, ref.tp_size, dtype, ref.model, snapshot.commit, log_path
+        )
 
     if not force and _up_to_date(output_dir, inputs):
         say(f"{role}: TensorRT-LLM checkpoint is up to date ({output_dir})")
@@ -107,8 +109,14 @@ def convert_checkpoint(
     try:
         with atomic.staged_dir(output_dir) as partial:
             problems = _convert_into(
-                partial, snapshot, hf_config, tp_size=ref.tp_size, dtype=dtype,
-                trust_remote_code=ref.trust_remote_code, log_path=log_path, say=lambda line: say(f"{role}: {line}"),
+                partial,
+                snapshot,
+                hf_config,
+                tp_size=ref.tp_size,
+                dtype=dtype,
+                trust_remote_code=ref.trust_remote_code,
+                log_path=log_path,
+                say=lambda line: say(f"{role}: {line}"),
             )
             if problems:
                 raise ConversionFailed(
@@ -143,8 +151,8 @@ def conversion_inputs(snapshot: Snapshot, tp_size: int, dtype: str) -> dict:
             files[name] = [stat.st_size, stat.st_mtime_ns]
     return {
         "converter": CONVERTER_VERSION,
-        "nvidia-modelopt": _version("nvidia-modelopt"),
-        "transformers": _version("transformers"),
+        "nvidia-modelopt": package_version("nvidia-modelopt"),
+        "transformers": package_version("transformers"),
         "source": {"model": snapshot.model, "revision": snapshot.revision, "commit": snapshot.commit},
         "files": files,
         "tp_size": tp_size,
@@ -174,13 +182,6 @@ def config_overrides(hf_config: dict) -> dict:
         "tie_word_embeddings": False,
         "logits_dtype": "float32",
     }
-
-
-def read_manifest(output_dir: Path) -> dict | None:
-    try:
-        return json.loads((output_dir / MANIFEST).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
 
 
 def _up_to_date(output_dir: Path, inputs: dict) -> bool:
@@ -213,7 +214,7 @@ def _convert_into(
             model = AutoModelForCausalLM.from_pretrained(
                 snapshot.path, dtype=torch_dtype, trust_remote_code=trust_remote_code
             )
-        say(f"exporting {tp_size} rank(s) with nvidia-modelopt {_version('nvidia-modelopt')}")
+        say(f"exporting {tp_size} rank(s) with nvidia-modelopt {package_version('nvidia-modelopt')}")
         with _output_to(log), torch.inference_mode():
             from modelopt.torch.export import export_tensorrt_llm_checkpoint
 
@@ -278,10 +279,3 @@ def _output_to(log: TextIO) -> Iterator[None]:
             logger = logging.getLogger(name)
             logger.handlers[:] = handlers
             logger.propagate = propagate
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None

@@ -247,6 +247,8 @@ def _hub_errors(repo_id: str, revision: str, cache_dir: Path) -> Iterator[None]:
     """Turn huggingface_hub's exceptions into ours: one line, the repo id, the next step."""
     from huggingface_hub.errors import (
         GatedRepoError as HfGatedRepoError,
+    )
+    from huggingface_hub.errors import (
         HfHubHTTPError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,

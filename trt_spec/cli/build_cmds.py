@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from trt_spec.engines import build as build_lib
 from trt_spec.cli.common import read_spec, spec_option
 from trt_spec.cli.spec_cmds import render_steps
+from trt_spec.engines import build as build_lib
 from trt_spec.plan import make_plan
 
 
@@ -29,8 +29,10 @@ def build(spec_path: str, dry_run: bool, force: bool) -> None:
     if dry_run:
         for line in render_steps(the_plan, spec_path):
             click.echo(line)
-        click.echo("# each trtllm-build writes into a temporary sibling of its --output_dir, renamed into place on "
-                   "success; an engine whose manifest.json matches these inputs is kept")
+        click.echo(
+            "# each trtllm-build writes into a temporary sibling of its --output_dir, renamed into place on "
+            "success; an engine whose manifest.json matches these inputs is kept"
+        )
         return
     toolchain = build_lib.probe_toolchain()
     results = build_lib.build_engines(

@@ -10,10 +10,11 @@ from pathlib import Path
 import click
 
 from trt_spec.cli.common import read_spec, spec_option
+from trt_spec.engines.versions import installed_versions
 from trt_spec.errors import ServerError
 from trt_spec.repository.configs import FLAVORS
 from trt_spec.serving.server import DEFAULT_PORTS, TritonServer, require_engine_server
-from trt_spec.serving.trtllm import check_engines, engine_models, runtime_versions
+from trt_spec.serving.trtllm import check_engines, engine_models
 
 
 class _Stop(BaseException):
@@ -25,19 +26,39 @@ def _raise_stop(signum, frame) -> None:
 
 
 @click.command()
-@click.option("--repo", "repo", required=True, type=click.Path(exists=True, file_okay=False),
-              help="The Triton model repository (`trt-spec repo` writes one).")
+@click.option(
+    "--repo",
+    "repo",
+    required=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="The Triton model repository (`trt-spec repo` writes one).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; 0.0.0.0 for every interface.")
 @click.option("--grpc-port", default=DEFAULT_PORTS["grpc"], show_default=True, type=click.IntRange(1, 65535))
 @click.option("--http-port", default=DEFAULT_PORTS["http"], show_default=True, type=click.IntRange(1, 65535))
 @click.option("--metrics-port", default=DEFAULT_PORTS["metrics"], show_default=True, type=click.IntRange(1, 65535))
-@click.option("--ready-timeout", default=300.0, show_default=True, type=click.FloatRange(min=1),
-              help="Seconds to wait for every model to load.")
-@click.option("--skip-version-check", is_flag=True,
-              help="Start even when an engine has no manifest or its manifest names other TensorRT-LLM/TensorRT "
-                   "versions than this runtime's (engines built by hand; a runtime you know loads them).")
-def serve(repo: str, host: str, grpc_port: int, http_port: int, metrics_port: int, ready_timeout: float,
-          skip_version_check: bool) -> None:
+@click.option(
+    "--ready-timeout",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Seconds to wait for every model to load.",
+)
+@click.option(
+    "--skip-version-check",
+    is_flag=True,
+    help="Start even when an engine has no manifest or its manifest names other TensorRT-LLM/TensorRT "
+    "versions than this runtime's (engines built by hand; a runtime you know loads them).",
+)
+def serve(
+    repo: str,
+    host: str,
+    grpc_port: int,
+    http_port: int,
+    metrics_port: int,
+    ready_timeout: float,
+    skip_version_check: bool,
+) -> None:
     """Run Triton on REPO until SIGTERM or Ctrl-C.
 
     Uses `tritonserver` from PATH when there is one (NVIDIA's containers), else the CPU server
@@ -54,13 +75,21 @@ def serve(repo: str, host: str, grpc_port: int, http_port: int, metrics_port: in
       trt-spec serve --repo model_repo
     """
     if len({grpc_port, http_port, metrics_port}) != 3:
-        raise click.UsageError(f"--grpc-port, --http-port and --metrics-port must differ; got {grpc_port}, {http_port}, {metrics_port}")
+        raise click.UsageError(
+            f"--grpc-port, --http-port and --metrics-port must differ; got {grpc_port}, {http_port}, {metrics_port}"
+        )
     engines = engine_models(repo)
     require_engine_server(Path(repo), engines)
-    for warning in check_engines(engines, runtime_versions(), compare_versions=not skip_version_check):
+    for warning in check_engines(engines, installed_versions(), compare_versions=not skip_version_check):
         click.echo(f"warning: {warning}", err=True)
-    server = TritonServer(repo, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-                          ready_timeout_s=ready_timeout)
+    server = TritonServer(
+        repo,
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        ready_timeout_s=ready_timeout,
+    )
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         server.start()
@@ -82,18 +111,40 @@ def serve(repo: str, host: str, grpc_port: int, http_port: int, metrics_port: in
 
 @click.command()
 @spec_option
-@click.option("--flavor", type=click.Choice(FLAVORS), default=None,
-              help="tensorrtllm: TensorRT-LLM engines (GPU); torch: the PyTorch twin of the engines (CPU or GPU). "
-                   "Default: the spec's triton.flavor.")
-@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Where to write the repository (default: the spec's paths.model_repo).")
-@click.option("--engines-mount", default=None, metavar="PATH",
-              help="The spec's paths.engines as the serving machine sees it (e.g. a container mount point).")
-@click.option("--adaptive-draft/--fixed-draft", default=False, show_default=True,
-              help="The loop's default for requests that do not send adaptive_draft: choose K each step, up to "
-                   "num_draft_tokens.")
-@click.option("--torch-threads", type=click.IntRange(min=0), default=1, show_default=True,
-              help="torch flavor: intra-op threads per engine model (0 = torch's default).")
+@click.option(
+    "--flavor",
+    type=click.Choice(FLAVORS),
+    default=None,
+    help="tensorrtllm: TensorRT-LLM engines (GPU); torch: the PyTorch twin of the engines (CPU or GPU). "
+    "Default: the spec's triton.flavor.",
+)
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where to write the repository (default: the spec's paths.model_repo).",
+)
+@click.option(
+    "--engines-mount",
+    default=None,
+    metavar="PATH",
+    help="The spec's paths.engines as the serving machine sees it (e.g. a container mount point).",
+)
+@click.option(
+    "--adaptive-draft/--fixed-draft",
+    default=False,
+    show_default=True,
+    help="The loop's default for requests that do not send adaptive_draft: choose K each step, up to num_draft_tokens.",
+)
+@click.option(
+    "--torch-threads",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="torch flavor: intra-op threads per engine model (0 = torch's default).",
+)
 def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_threads) -> None:
     """Write the Triton model repository: preprocessing -> tensorrt_llm_bls (the draft -> verify
     loop) -> postprocessing as `ensemble`, and the engine models tensorrt_llm and tensorrt_llm_draft.
@@ -110,8 +161,14 @@ def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_thread
     """
     from trt_spec.repository.writer import write_repository
 
-    result = write_repository(read_spec(spec_path), out_dir, flavor, engines_mount=engines_mount,
-                              adaptive_draft=adaptive_draft, torch_threads=torch_threads)
+    result = write_repository(
+        read_spec(spec_path),
+        out_dir,
+        flavor,
+        engines_mount=engines_mount,
+        adaptive_draft=adaptive_draft,
+        torch_threads=torch_threads,
+    )
     for note in result.notes:
         click.echo(f"note: {note}")
     click.echo(f"wrote {result.path} ({result.flavor} flavor): {', '.join(result.models)}")

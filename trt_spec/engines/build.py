@@ -5,34 +5,29 @@ For each of target and draft: make sure the converted TensorRT-LLM checkpoint is
 directory, write ``manifest.json`` there and rename it into place. A failed or interrupted
 build never leaves a half engine where a loader would look. A build whose inputs (argv, the
 checkpoint's content, tool versions, GPU compute capability) match the manifest of the engine
-already in place is skipped.
+already in place is skipped (:mod:`trt_spec.engines.manifest`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from trt_spec import __version__, atomic
+from trt_spec.checkpoints.convert import convert_checkpoint
+from trt_spec.engines.manifest import MANIFEST, MANIFEST_SCHEMA, build_key, read_json, read_manifest
+from trt_spec.engines.versions import SUPPORTED_TRTLLM, installed_versions
 from trt_spec.errors import BuildStepFailed, CheckpointMissing, ToolchainMissing
 from trt_spec.layout import ROLES, logs_dir
 from trt_spec.plan import EnginePlan, Plan
 
-MANIFEST = "manifest.json"
-MANIFEST_SCHEMA = 1
 HOPPER_COMPUTE_CAPABILITY = "9.0"  # h100 and h200
-SUPPORTED_TRTLLM = "1.2."
-# TensorRT's version: the meta package, or the CUDA-specific wheel where only that is installed.
-TENSORRT_PACKAGES = ("tensorrt", "tensorrt_cu12", "tensorrt_cu13")
-_PATH_FLAGS = ("--checkpoint_dir", "--output_dir")  # values that don't change the engine
-_UNKEYED_FLAGS = ("--workers",)  # build parallelism, not engine content
 _HASH_CACHE = ".trt-spec-sha256.json"
 
 Events = Callable[[str], None]
@@ -64,7 +59,7 @@ class EngineResult:
     engine_dir: Path
     skipped: bool
     reason: str
-    manifest: dict = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
 def probe_toolchain() -> Toolchain:
@@ -76,45 +71,28 @@ def probe_toolchain() -> Toolchain:
         ToolchainMissing: naming what is missing, and that ``--dry-run`` shows the commands.
     """
     hint = "engines are built on a GPU machine with TensorRT-LLM 1.2.x (e.g. NVIDIA's Triton TensorRT-LLM container); `trt-spec build --dry-run` shows the commands"
-    try:
-        trtllm_version = metadata.version("tensorrt_llm")
-    except metadata.PackageNotFoundError:
-        raise ToolchainMissing(f"cannot build here: the tensorrt_llm package is not installed; {hint}") from None
+    versions = installed_versions()
+    trtllm_version = versions["tensorrt_llm_version"]
+    if trtllm_version is None:
+        raise ToolchainMissing(f"cannot build here: the tensorrt_llm package is not installed; {hint}")
     if not trtllm_version.startswith(SUPPORTED_TRTLLM):
         raise ToolchainMissing(
             f"cannot build here: tensorrt_llm {trtllm_version} is installed, but trt-spec builds "
             f"TensorRT engines with the {SUPPORTED_TRTLLM}x release line (later releases removed that path); {hint}"
         )
-    tensorrt_version = _first_version(*TENSORRT_PACKAGES)
+    tensorrt_version = versions["tensorrt_version"]
     if tensorrt_version is None:
         raise ToolchainMissing(f"cannot build here: TensorRT is not installed; {hint}")
     if shutil.which("trtllm-build") is None:
         raise ToolchainMissing(f"cannot build here: `trtllm-build` is not on PATH; {hint}")
-    gpus = _query_gpus()
+    gpus = query_gpus()
     if not gpus:
         raise ToolchainMissing(f"cannot build here: no CUDA GPU found (nvidia-smi lists none); {hint}")
     return Toolchain(tensorrt_llm_version=trtllm_version, tensorrt_version=tensorrt_version, gpus=gpus)
 
 
-def installed_versions() -> dict[str, str | None]:
-    """This Python's TensorRT-LLM and TensorRT versions under their manifest keys, None where a
-    package is not installed. Reads package metadata; imports neither."""
-    return {
-        "tensorrt_llm_version": _first_version("tensorrt_llm"),
-        "tensorrt_version": _first_version(*TENSORRT_PACKAGES),
-    }
-
-
-def _first_version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def _query_gpus() -> tuple[Gpu, ...]:
+def query_gpus() -> tuple[Gpu, ...]:
+    """This machine's CUDA GPUs as ``nvidia-smi`` lists them; empty when it lists none or is not installed."""
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,compute_cap,memory.total", "--format=csv,noheader,nounits"],
@@ -143,11 +121,11 @@ def build_engines(
     """Build (or keep) both engines of ``plan``; returns one result per engine, target first.
 
     ``convert(spec, role, force=..., progress=...)`` brings the role's TensorRT-LLM checkpoint up to date;
-    by default ``trt_spec.checkpoints.convert.convert_checkpoint``.
+    by default :func:`trt_spec.checkpoints.convert.convert_checkpoint`.
 
     Raises:
         ToolchainMissing: the GPU is not a Hopper (sm_90) GPU as the spec's ``engine.gpu`` says.
-        CheckpointMissing: a checkpoint is missing and no converter is available.
+        CheckpointMissing: the conversion left no checkpoint (no ``config.json``).
         BuildStepFailed: ``trtllm-build`` exited non-zero or produced no engine (names the log).
     """
     if toolchain.gpu.compute_capability != HOPPER_COMPUTE_CAPABILITY:
@@ -155,7 +133,7 @@ def build_engines(
             f"this machine's GPU is {toolchain.gpu.name} (compute capability {toolchain.gpu.compute_capability}); "
             f"engine.gpu {plan.spec.engine.gpu} needs sm_90 engines: build on an H100 or H200"
         )
-    convert = convert or _default_converter()
+    convert = convert or convert_checkpoint
     results = []
     for role in ROLES:
         engine = plan.engine(role)
@@ -165,32 +143,18 @@ def build_engines(
     return results
 
 
-def _default_converter() -> Callable[..., object] | None:
-    try:
-        from trt_spec.checkpoints.convert import convert_checkpoint
-    except ImportError:
-        return None
-    return convert_checkpoint
-
-
 def _ensure_checkpoint(
-    plan: Plan, role: str, convert: Callable[..., object] | None, *, force: bool, on_event: Events
+    plan: Plan, role: str, convert: Callable[..., object], *, force: bool, on_event: Events
 ) -> float | None:
-    """Returns the conversion's duration in seconds, or None when nothing was converted."""
+    """Brings the role's checkpoint up to date with ``convert``; returns the conversion's duration in
+    seconds, or None when nothing was converted (the converter skipped, or did not say)."""
     checkpoint_dir = plan.engine(role).convert.output_dir
-    convert_s = None
-    if convert is not None:
-        result = convert(plan.spec, role, force=force, progress=on_event)
-        if not getattr(result, "skipped", True):
-            convert_s = getattr(result, "duration_s", None)
-    elif not (checkpoint_dir / "config.json").is_file():
-        raise CheckpointMissing(
-            f"{role}: no TensorRT-LLM checkpoint at {checkpoint_dir} and this version of trt-spec "
-            "cannot convert one yet; convert it with TensorRT-LLM's convert_checkpoint.py into that directory"
-        )
+    result = convert(plan.spec, role, force=force, progress=on_event)
     if not (checkpoint_dir / "config.json").is_file():
-        raise CheckpointMissing(f"{role}: conversion left no config.json in {checkpoint_dir}")
-    return convert_s
+        raise CheckpointMissing(
+            f"{role}: no TensorRT-LLM checkpoint at {checkpoint_dir}: the conversion left no config.json"
+        )
+    return None if getattr(result, "skipped", True) else getattr(result, "duration_s", None)
 
 
 def _build_one(
@@ -198,12 +162,18 @@ def _build_one(
 ) -> EngineResult:
     final_dir = engine.engine_dir
     checkpoint_hash = hash_directory(engine.convert.output_dir)
-    key = build_key(engine.build_argv, checkpoint_hash, toolchain)
+    key = build_key(
+        engine.build_argv,
+        checkpoint_hash,
+        tensorrt_llm_version=toolchain.tensorrt_llm_version,
+        tensorrt_version=toolchain.tensorrt_version,
+        compute_capability=toolchain.gpu.compute_capability,
+    )
     existing = read_manifest(final_dir)
     reason = _rebuild_reason(existing, key, toolchain, final_dir)
     if reason is None and not force:
         on_event(f"{engine.role}: engine is up to date, skipped ({final_dir})")
-        return EngineResult(engine.role, final_dir, skipped=True, reason="up to date", manifest=existing)
+        return EngineResult(engine.role, final_dir, skipped=True, reason="up to date", manifest=existing or {})
     reason = "--force" if reason is None else reason
 
     log_path = logs_dir(plan.spec) / f"build-{engine.role}.log"
@@ -221,9 +191,12 @@ def _build_one(
         engine_files = sorted(p.name for p in partial_dir.glob("rank*.engine"))
         if not engine_files or not (partial_dir / "config.json").is_file():
             raise BuildStepFailed(
-                f"trtllm-build ({engine.role})", 0, log_path, detail="exited 0 but wrote no rank*.engine and config.json"
+                f"trtllm-build ({engine.role})",
+                0,
+                log_path,
+                detail="exited 0 but wrote no rank*.engine and config.json",
             )
-        manifest = {
+        manifest: dict[str, Any] = {
             "schema": MANIFEST_SCHEMA,
             "name": plan.spec.name,
             "role": engine.role,
@@ -246,36 +219,8 @@ def _build_one(
     return EngineResult(engine.role, final_dir, skipped=False, reason=reason, manifest=manifest)
 
 
-def build_key(argv: tuple[str, ...], checkpoint_hash: str, toolchain: Toolchain) -> str:
-    """sha256 of everything that determines the engine's content."""
-    keyed, skip_next = [], False
-    for arg in argv:
-        if skip_next:
-            skip_next = False
-            continue
-        if arg in _PATH_FLAGS or arg in _UNKEYED_FLAGS:
-            skip_next = True
-            continue
-        keyed.append(arg)
-    inputs = {
-        "argv": keyed,
-        "checkpoint_hash": checkpoint_hash,
-        "tensorrt_llm_version": toolchain.tensorrt_llm_version,
-        "tensorrt_version": toolchain.tensorrt_version,
-        "compute_capability": toolchain.gpu.compute_capability,
-    }
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-
-
-def read_manifest(engine_dir: Path) -> dict:
-    try:
-        return json.loads((engine_dir / MANIFEST).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
-def _rebuild_reason(manifest: dict, key: str, toolchain: Toolchain, engine_dir: Path) -> str | None:
-    if not manifest:
+def _rebuild_reason(manifest: dict[str, Any] | None, key: str, toolchain: Toolchain, engine_dir: Path) -> str | None:
+    if manifest is None:
         return "no engine yet"
     built_for = manifest.get("gpu", {}).get("compute_capability")
     if built_for != toolchain.gpu.compute_capability:
@@ -300,10 +245,7 @@ def hash_directory(directory: Path) -> str:
     multi-GB checkpoint is not re-read on every build.
     """
     cache_path = directory / _HASH_CACHE
-    try:
-        cache = json.loads(cache_path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        cache = {}
+    cache = read_json(cache_path) or {}
     fresh, total = {}, hashlib.sha256()
     for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != _HASH_CACHE):
         relative = path.relative_to(directory).as_posix()

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trt_spec.runtime.torch_engine import TorchCausalLM, common_prefix_length
+from trt_spec.runtime.loop import common_prefix_length
+from trt_spec.runtime.torch_engine import TorchCausalLM
 
 
 class PrefixCachePool:
@@ -43,20 +44,16 @@ class PrefixCachePool:
         self.max_divergence = max_divergence
         self._base = engine
         self._engines: list[TorchCausalLM] = [engine]  # least recently used first
-        self.reused_tokens = 0  # statistics: prefix tokens found cached, summed over calls
-        self.lookups = 0
 
     def __len__(self) -> int:
         return len(self._engines)
 
     def engine_for(self, sequence: Sequence[int]) -> TorchCausalLM:
         """The engine (cache) to run ``sequence`` on; it becomes the most recently used."""
-        self.lookups += 1
         shared = [common_prefix_length(engine.cached_tokens, sequence) for engine in self._engines]
         # max() keeps the first of equals; search from the most recent end.
         best_index = max(range(len(self._engines) - 1, -1, -1), key=shared.__getitem__)
         best, best_shared = self._engines[best_index], shared[best_index]
-        self.reused_tokens += best_shared
         empty = next((engine for engine in self._engines if engine.cached_length == 0), None)
         if best_shared > 0 and best.cached_length - best_shared <= self.max_divergence:
             chosen = best

@@ -29,7 +29,8 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-PREFIX_CHECK_TAIL = 64  # tokens compared one by one; a rejection changes only the last K + 1
+from trt_spec.runtime.loop import common_prefix_length
+
 LLAMA_MODEL_TYPES = ("llama",)
 RUNNERS = ("auto", "llama", "hf")  # auto: llama where the model is one, else hf
 _TORCH_VERSION = tuple(int(part) for part in torch.__version__.split(".")[:2])
@@ -45,10 +46,10 @@ class Runner(Protocol):
     def crop(self, length: int) -> None:
         """Keep only positions 0..length-1 in the cache."""
 
-    def fork(self) -> "Runner":
+    def fork(self) -> Runner:
         """A runner over the same weights with an empty cache of its own."""
 
-    def copy_prefix(self, other: "Runner", length: int) -> None:
+    def copy_prefix(self, other: Runner, length: int) -> None:
         """Replace this cache with positions 0..length-1 of ``other``'s (a runner of the same model)."""
 
 
@@ -152,22 +153,6 @@ class TorchCausalLM:
         logits = self.runner.forward(new_tokens, reused, num_positions)  # [num_positions, V]
         self._cached_tokens = list(sequence)
         return logits.float()
-
-
-def common_prefix_length(cached: Sequence[int], sequence: Sequence[int]) -> int:
-    """Length of the longest common prefix.
-
-    Sequences here usually differ only in their last few tokens (rejected drafts), so the head is
-    compared in one C-level slice comparison and only the tail token by token.
-    """
-    limit = min(len(cached), len(sequence))
-    start = max(0, limit - PREFIX_CHECK_TAIL)
-    if list(cached[:start]) != list(sequence[:start]):
-        start = 0  # a different sequence altogether
-    index = start
-    while index < limit and cached[index] == sequence[index]:
-        index += 1
-    return index
 
 
 class HFRunner:

@@ -1,10 +1,11 @@
 """Start, watch and stop a Triton Inference Server on a model repository.
 
 Which server: ``tritonserver`` from PATH when there is one (NVIDIA's containers, GPU
-machines); otherwise the CPU build bundled in the ``nvidia-pytriton`` wheel, set up the way
-DESIGN.md records: a backend directory of our own holding the python backend and the stub for
-this Python, the wheel's bundled libraries and this Python's libdir on ``LD_LIBRARY_PATH``, and
-this environment's ``bin`` first on ``PATH`` (the stub finds its Python through ``python3``).
+machines); otherwise the CPU build bundled in the ``nvidia-pytriton`` wheel, set up as found by
+trial on Debian 12 (docs/design.md, "Facts measured"): a backend directory of our own holding
+the python backend and the stub for this Python, the wheel's bundled libraries and this
+Python's libdir on ``LD_LIBRARY_PATH``, and this environment's ``bin`` first on ``PATH`` (the
+stub finds its Python through ``python3``).
 
 A repository with TensorRT-LLM engine models needs ``tritonserver`` from PATH (the bundled CPU
 server has no ``tensorrtllm`` backend) and runs in the backend's orchestrator mode under
@@ -65,8 +66,11 @@ def _bundled_server(workdir: Path) -> tuple[Path, Path, dict[str, str]]:
         raise ServerError(f"nvidia-pytriton ships no python backend stub for Python {python_version}")
     backend = workdir / "backends" / "python"
     backend.mkdir(parents=True)
-    for source in (stub, root / "backends" / "python" / "libtriton_python.so",
-                   root / "backends" / "python" / "triton_python_backend_utils.py"):
+    for source in (
+        stub,
+        root / "backends" / "python" / "libtriton_python.so",
+        root / "backends" / "python" / "triton_python_backend_utils.py",
+    ):
         shutil.copy2(source, backend / source.name)
     libs = Path(pytriton.__file__).parent.parent / "nvidia_pytriton.libs"
     base_libdir = sysconfig.get_config_var("LIBDIR") or str(Path(sys.base_prefix) / "lib")
@@ -113,9 +117,12 @@ def server_command(
     argv = [
         str(binary),
         f"--model-repository={repo.resolve()}",
-        f"--http-address={host}", f"--http-port={http_port}",
-        f"--grpc-address={host}", f"--grpc-port={grpc_port}",
-        f"--metrics-address={host}", f"--metrics-port={metrics_port}",
+        f"--http-address={host}",
+        f"--http-port={http_port}",
+        f"--grpc-address={host}",
+        f"--grpc-port={grpc_port}",
+        f"--metrics-address={host}",
+        f"--metrics-port={metrics_port}",
         "--allow-metrics=true",
         "--exit-on-error=true",
         "--strict-readiness=true",
@@ -137,9 +144,17 @@ class TritonServer:
             carries the server log's error lines.
     """
 
-    def __init__(self, repo: str | Path, *, host: str = "127.0.0.1", http_port: int | None = None,
-                 grpc_port: int | None = None, metrics_port: int | None = None,
-                 ready_timeout_s: float = 120.0, extra_args: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        repo: str | Path,
+        *,
+        host: str = "127.0.0.1",
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        metrics_port: int | None = None,
+        ready_timeout_s: float = 120.0,
+        extra_args: tuple[str, ...] = (),
+    ):
         self.repo = Path(repo)
         self.host = host
         self.http_port = http_port or free_port(host)
@@ -168,17 +183,25 @@ class TritonServer:
         assert self.command is not None
         return self.command.workdir / "tritonserver.log"
 
-    def start(self) -> "TritonServer":
+    def start(self) -> TritonServer:
         if not (self.repo / "ensemble").is_dir() and not any(self.repo.glob("*/config.pbtxt")):
             raise ServerError(f"{self.repo} holds no Triton models; `trt-spec repo --spec F -o {self.repo}` writes one")
         self.command = server_command(
-            self.repo, host=self.host, http_port=self.http_port, grpc_port=self.grpc_port,
-            metrics_port=self.metrics_port, extra_args=self.extra_args,
+            self.repo,
+            host=self.host,
+            http_port=self.http_port,
+            grpc_port=self.grpc_port,
+            metrics_port=self.metrics_port,
+            extra_args=self.extra_args,
         )
         log = open(self.log_path, "w")
         self.process = subprocess.Popen(
-            self.command.argv, env=self.command.env, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            self.command.argv,
+            env=self.command.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         log.close()
         try:
@@ -193,7 +216,9 @@ class TritonServer:
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise ServerError(f"tritonserver exited with code {self.process.returncode} while loading: {self.log_errors()}")
+                raise ServerError(
+                    f"tritonserver exited with code {self.process.returncode} while loading: {self.log_errors()}"
+                )
             try:
                 with urllib.request.urlopen(url, timeout=1) as response:
                     if response.status == 200:
@@ -235,7 +260,7 @@ class TritonServer:
         if self.command is not None and not keep_log:
             shutil.rmtree(self.command.workdir, ignore_errors=True)
 
-    def __enter__(self) -> "TritonServer":
+    def __enter__(self) -> TritonServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

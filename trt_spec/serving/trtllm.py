@@ -4,8 +4,9 @@ runtime can load their engines, and launching Triton in the backend's orchestrat
 **Versions.** A TensorRT engine is only guaranteed to load with the TensorRT version that built
 it, and a TensorRT-LLM engine with the TensorRT-LLM version that built it. So serving requires
 both to equal the versions in the engine's ``manifest.json`` (written by ``trt-spec build``),
-compared with this Python's installed ``tensorrt_llm`` and ``tensorrt`` packages: in NVIDIA's
-containers those come from the same release as the C++ backend that loads the engines.
+compared with this Python's installed ``tensorrt_llm`` and ``tensorrt`` packages
+(:func:`trt_spec.engines.versions.installed_versions`): in NVIDIA's containers those come from
+the same release as the C++ backend that loads the engines.
 
 **Orchestrator mode.** TensorRT-LLM 1.2.x's C++ Triton backend runs a multi-GPU (TP > 1) engine
 over MPI. In its default (leader) mode every MPI rank is a Triton process that loads every
@@ -46,12 +47,17 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from trt_spec.engines.build import MANIFEST, installed_versions, read_manifest
+from trt_spec.engines.manifest import MANIFEST, read_manifest
+from trt_spec.engines.versions import VERSION_PACKAGES
 from trt_spec.errors import EngineNotFoundError, EngineVersionMismatch, RepositoryError
 
 BACKEND = "tensorrtllm"
+# The two parameters serving reads of an engine model's config (fields of
+# trt_spec.runtime.parameters.TensorrtLlmParameters, which writes them; a test holds them equal).
+# Read by key, not through TensorrtLlmParameters.from_config: a hand-edited config may carry more.
+MODEL_PATH_KEY = "gpt_model_path"
+DEVICE_IDS_KEY = "gpu_device_ids"
 VERSION_KEYS = {"tensorrt_llm_version": "TensorRT-LLM", "tensorrt_version": "TensorRT"}  # manifest key: name
-PACKAGES = {"tensorrt_llm_version": "tensorrt_llm", "tensorrt_version": "tensorrt"}  # where the runtime's come from
 ORCHESTRATOR_ENV = {"TRTLLM_ORCHESTRATOR": "1", "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES": "1"}
 # GPUs whose Triton memory pools are zeroed: a whole 8-GPU node, more if a config names more.
 # Triton ignores pool sizes given for devices it does not have (core src/cuda_memory_manager.cc).
@@ -80,13 +86,17 @@ def engine_models(repo: str | Path) -> list[EngineModel]:
             # Unknown fields are the server's business (a newer Triton may know them), not ours.
             config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig(), allow_unknown_field=True)
         except (OSError, text_format.ParseError) as exc:
-            raise RepositoryError(f"cannot read {path}: {exc}; rewrite the repository with `trt-spec repo --spec F`") from None
+            raise RepositoryError(
+                f"cannot read {path}: {exc}; rewrite the repository with `trt-spec repo --spec F`"
+            ) from None
         if config.backend != BACKEND:
             continue
         parameters = {key: value.string_value for key, value in config.parameters.items()}
-        if not parameters.get("gpt_model_path"):
-            raise RepositoryError(f"{path}: a tensorrtllm model without gpt_model_path; rewrite the repository with `trt-spec repo --spec F`")
-        devices = parameters.get("gpu_device_ids", "")
+        if not parameters.get(MODEL_PATH_KEY):
+            raise RepositoryError(
+                f"{path}: a tensorrtllm model without gpt_model_path; rewrite the repository with `trt-spec repo --spec F`"
+            )
+        devices = parameters.get(DEVICE_IDS_KEY, "")
         try:
             ids = tuple(int(device) for group in devices.split(";") for device in group.split(",") if device.strip())
         except ValueError:
@@ -94,18 +104,14 @@ def engine_models(repo: str | Path) -> list[EngineModel]:
                 f"{path}: gpu_device_ids must be device numbers such as '0,1,2,3'; got {devices!r}; "
                 "rewrite the repository with `trt-spec repo --spec F`"
             ) from None
-        models.append(EngineModel(
-            name=config.name or path.parent.name,
-            engine_dir=Path(parameters["gpt_model_path"]),
-            gpu_device_ids=ids,
-        ))
+        models.append(
+            EngineModel(
+                name=config.name or path.parent.name,
+                engine_dir=Path(parameters[MODEL_PATH_KEY]),
+                gpu_device_ids=ids,
+            )
+        )
     return models
-
-
-def runtime_versions() -> dict[str, str | None]:
-    """This runtime's TensorRT-LLM and TensorRT versions under the manifest's keys (None where the
-    package is not installed in this Python)."""
-    return installed_versions()
 
 
 def check_engines(
@@ -132,18 +138,20 @@ def check_engines(
                 "serve where the engines are at that path (e.g. the container whose mount point was given to "
                 "`trt-spec repo --engines-mount`), or rewrite the repository with "
                 "`trt-spec repo --spec F --engines-mount DIR` naming where this machine sees paths.engines",
-                model=model.name, path=model.engine_dir,
+                model=model.name,
+                path=model.engine_dir,
             )
         if not compare_versions:
             continue
         manifest = read_manifest(model.engine_dir)
-        if not manifest:
+        if manifest is None:
             path = model.engine_dir / MANIFEST
             raise EngineNotFoundError(
                 f"model {model.name}: {path} is missing or unreadable, so the TensorRT-LLM and TensorRT versions "
                 "that built the engine are unknown; build the engines with `trt-spec build --spec F` "
                 "(`make build-engines`), or pass --skip-version-check if you built them with this runtime's versions",
-                model=model.name, path=path,
+                model=model.name,
+                path=path,
             )
         engine = {key: manifest.get(key) for key in VERSION_KEYS}
         if any(runtime.get(key) is not None and runtime[key] != engine[key] for key in VERSION_KEYS):
@@ -152,17 +160,21 @@ def check_engines(
                 f"has {_versions(runtime)}; TensorRT engines load only with the versions that built them: rebuild them "
                 "in this container (`make build-engines`, or `trt-spec build --spec F`), or serve in a container with "
                 f"{_versions(engine)}",
-                model=model.name, engine_versions=engine, runtime_versions=dict(runtime),
+                model=model.name,
+                engine_versions=engine,
+                runtime_versions=dict(runtime),
             )
         for key in VERSION_KEYS:
             needed[key].add(str(engine[key]))
     unknown = [key for key in VERSION_KEYS if runtime.get(key) is None]
     if not (compare_versions and unknown and models):
         return []
-    missing = " and ".join(PACKAGES[key] for key in unknown)
+    missing = " and ".join(VERSION_PACKAGES[key][0] for key in unknown)
     wanted = ", ".join(f"{VERSION_KEYS[key]} {' / '.join(sorted(needed[key]))}" for key in unknown)
-    return [f"cannot compare the engines' versions with this runtime's: no {missing} package in this Python; "
-            + f"the engines need {wanted}"]
+    return [
+        f"cannot compare the engines' versions with this runtime's: no {missing} package in this Python; "
+        + f"the engines need {wanted}"
+    ]
 
 
 def _versions(versions: Mapping[str, str | None]) -> str:
@@ -178,7 +190,10 @@ def orchestrator_command(
     named = [device for model in models for device in model.gpu_device_ids]
     gpus = range(max(NODE_GPUS, max(named, default=-1) + 1))
     argv = [
-        mpirun, "--allow-run-as-root", "-n", "1",
+        mpirun,
+        "--allow-run-as-root",
+        "-n",
+        "1",
         *server_argv,
         "--disable-auto-complete-config",
         "--pinned-memory-pool-byte-size=0",
