@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import DEMO_PAIR
 
-from trt_spec.bench.inprocess import (
+from trt_spec.bench.prompts import load_prompt_texts
+from trt_spec.bench.theory import (
     StepTimes,
     cost_model_speedup,
-    load_prompt_texts,
     recommend_num_draft_tokens,
     theoretical_tokens_per_call,
     walltime_improvement,
 )
-
-from conftest import DEMO_PAIR
 
 
 @pytest.mark.parametrize("k, expected", [(2, 1.94), (4, 2.26), (6, 2.38), (8, 2.42)])
@@ -53,7 +52,7 @@ def test_prompts_come_from_held_out_files():
 
 
 def test_theory_at_drafted_lengths():
-    from trt_spec.bench.inprocess import theoretical_tokens_per_call_at_drafted
+    from trt_spec.bench.theory import theoretical_tokens_per_call_at_drafted
     from trt_spec.runtime.loop import RequestStats
 
     stats = RequestStats()
@@ -68,10 +67,13 @@ def test_loop_breakdown_splits_the_overhead_from_metric_deltas():
     from trt_spec.bench.server import loop_breakdown
 
     loop = '{model="tensorrt_llm_bls"}'
-    before = {f"trt_spec_loop_iterations_total{loop}": 10.0, f"trt_spec_loop_iteration_seconds_total{loop}": 1.0,
-              f"trt_spec_loop_engine_wait_seconds_total{loop}": 0.9,
-              'trt_spec_engine_execute_seconds_total{model="tensorrt_llm"}': 0.5,
-              'trt_spec_engine_execute_seconds_total{model="tensorrt_llm_draft"}': 0.2}
+    before = {
+        f"trt_spec_loop_iterations_total{loop}": 10.0,
+        f"trt_spec_loop_iteration_seconds_total{loop}": 1.0,
+        f"trt_spec_loop_engine_wait_seconds_total{loop}": 0.9,
+        'trt_spec_engine_execute_seconds_total{model="tensorrt_llm"}': 0.5,
+        'trt_spec_engine_execute_seconds_total{model="tensorrt_llm_draft"}': 0.2,
+    }
     after = dict(before)
     after[f"trt_spec_loop_iterations_total{loop}"] += 100  # 100 iterations of 20 ms:
     after[f"trt_spec_loop_iteration_seconds_total{loop}"] += 2.0
@@ -84,3 +86,115 @@ def test_loop_breakdown_splits_the_overhead_from_metric_deltas():
     assert breakdown.overhead_ms == pytest.approx(4.0)
     assert breakdown.loop_own_ms == pytest.approx(1.0) and breakdown.transport_ms == pytest.approx(3.0)
     assert loop_breakdown(before, before) is None and loop_breakdown(None, after) is None
+
+
+# --- the rows of `trt-spec bench --json` ---------------------------------------------------------
+
+CONTRACT_KEYS = [
+    "k",
+    "temperature",
+    "adaptive",
+    "tokens_per_s",
+    "baseline_tokens_per_s",
+    "speedup",
+    "acceptance_rate",
+    "alpha",
+    "tokens_per_target_call",
+    "theoretical_tokens_per_target_call",
+    "hf_assisted_tokens_per_s",
+    "cost_model_speedup",
+]
+
+
+def _tally_with_stats(tokens: int, seconds: float, steps: list[tuple[int, int]]):
+    from trt_spec.bench.rows import Tally
+    from trt_spec.runtime.loop import RequestStats
+
+    stats = RequestStats()
+    for drafted, accepted in steps:
+        stats.record(num_drafted=drafted, num_accepted=accepted, draft_seconds=0, verify_seconds=0)
+    stats.emitted_tokens = tokens
+    tally = Tally()
+    tally.add(tokens, seconds, stats)
+    return tally
+
+
+def test_in_process_rows_to_json_have_exactly_todays_keys():
+    from trt_spec.bench.rows import AdaptiveRow, FixedRow, Tally
+
+    times = StepTimes(target_1=0.010, target_by_num_tokens={3: 0.012}, draft_by_k={2: 0.001})
+    spec = _tally_with_stats(12, 1.0, [(2, 2), (2, 1), (2, 0), (1, 1)])
+    plain, hf, hf_plain = Tally(), Tally(), Tally()
+    plain.add(12, 2.0)
+    hf.add(12, 3.0)
+    hf_plain.add(12, 4.0)
+    fixed = FixedRow.measure(2, 0.0, spec, plain, times, hf=hf, hf_plain=hf_plain).to_json()
+    assert list(fixed) == CONTRACT_KEYS + [
+        "tokens_per_call_vs_theory",
+        "theoretical_tokens_per_target_call_at_drafted",
+        "tokens_per_call_vs_theory_at_drafted",
+        "speedup_vs_cost_model",
+        "t_1_ms",
+        "t_d_ms",
+        "t_k_plus_1_ms",
+        "hf_plain_tokens_per_s",
+        "acceptance_by_position",
+        "target_calls",
+        "tokens",
+    ]
+    assert fixed["adaptive"] is False and fixed["speedup"] == pytest.approx(2.0)
+    assert fixed["alpha"] == pytest.approx(4 / 6) and fixed["acceptance_rate"] == pytest.approx(4 / 7)
+    assert fixed["hf_assisted_tokens_per_s"] == pytest.approx(4.0)
+    assert fixed["hf_plain_tokens_per_s"] == pytest.approx(3.0)
+    assert fixed["t_1_ms"] == pytest.approx(10.0) and fixed["acceptance_by_position"] == pytest.approx([3 / 4, 1 / 3])
+    assert json.loads(json.dumps(fixed)) == fixed
+
+    adaptive = AdaptiveRow.measure(2, 1.0, spec, plain).to_json()
+    assert list(adaptive) == CONTRACT_KEYS + ["mean_k", "acceptance_by_position", "target_calls", "tokens"]
+    assert adaptive["adaptive"] is True and adaptive["mean_k"] == pytest.approx(7 / 4)
+    assert adaptive["theoretical_tokens_per_target_call"] is None and adaptive["cost_model_speedup"] is None
+
+
+def test_server_rows_to_json_have_exactly_todays_keys():
+    from trt_spec.bench.rows import InprocessComparison, LoopBreakdown, RequestResult, ServerRow, Tally
+
+    def result(tokens: int, ttft_s: float, itl_s: float | None) -> RequestResult:
+        return RequestResult(
+            tokens=tokens, seconds=1.0, ttft_s=ttft_s, itl_s=itl_s, drafted=8, accepted=4, target_calls=4
+        )
+
+    spec, plain = Tally(), Tally()
+    spec.add_results([result(10, 0.02, 0.004), result(10, 0.04, None)], 2.0)
+    plain.add_results([result(10, 0.01, 0.005)], 1.0)
+    head = CONTRACT_KEYS[:3] + ["concurrency"] + CONTRACT_KEYS[3:]
+    tail = ["ttft_ms", "itl_ms", "baseline_ttft_ms", "baseline_itl_ms", "requests", "tokens"]
+    bare = ServerRow.measure(4, 0.0, 2, spec, plain, alpha=None).to_json()
+    assert list(bare) == head + tail
+    assert bare["tokens_per_s"] == pytest.approx(10.0) and bare["speedup"] == pytest.approx(1.0)
+    assert bare["ttft_ms"] == pytest.approx(30.0) and bare["itl_ms"] == pytest.approx(4.0)
+    assert bare["acceptance_rate"] == pytest.approx(0.5) and bare["tokens_per_target_call"] == pytest.approx(2.5)
+    assert bare["alpha"] is None and bare["theoretical_tokens_per_target_call"] is None
+
+    loop = LoopBreakdown(
+        iterations=10,
+        iteration_ms=2.0,
+        engine_ms=1.5,
+        overhead_ms=0.5,
+        engine_source="trt_spec",
+        loop_own_ms=0.1,
+        transport_ms=0.4,
+    )
+    inprocess = InprocessComparison(tokens_per_s=5.0, server_vs_inprocess=2.0, same_tokens=True)
+    full = ServerRow.measure(4, 0.0, 1, spec, plain, 0.5, loop, inprocess).to_json()
+    assert list(full) == head + tail + [
+        "loop_iteration_ms",
+        "engine_ms_per_iteration",
+        "loop_overhead_ms_per_iteration",
+        "engine_time_source",
+        "loop_own_ms_per_iteration",
+        "bls_transport_ms_per_iteration",
+        "inprocess_tokens_per_s",
+        "server_vs_inprocess",
+        "inprocess_same_tokens",
+    ]
+    assert full["theoretical_tokens_per_target_call"] == pytest.approx(theoretical_tokens_per_call(0.5, 4))

@@ -8,14 +8,13 @@ import json
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import DEMO_PAIR
+from test_twin import assert_same_greedy, reference_greedy
 
-from trt_spec.bench.inprocess import load_prompt_texts
+from trt_spec.bench.prompts import load_prompt_texts
 from trt_spec.cli import main
 from trt_spec.runtime.loop import GenerationParams
 from trt_spec.twin import TwinPair
-
-from conftest import DEMO_PAIR
-from test_twin import assert_same_greedy, reference_greedy
 
 PROMPT_TOKENS = 48
 NEW_TOKENS = 40
@@ -89,8 +88,23 @@ def run_bench(tmp_path, *extra: str):
     spec = write_spec(tmp_path)
     return CliRunner().invoke(
         main,
-        ["bench", "--local", "--spec", str(spec), "--prompts", "1", "--max-tokens", "12", "-k", "2",
-         "--temperature", "0", "--threads", str(torch.get_num_threads()), *extra],
+        [
+            "bench",
+            "--local",
+            "--spec",
+            str(spec),
+            "--prompts",
+            "1",
+            "--max-tokens",
+            "12",
+            "-k",
+            "2",
+            "--temperature",
+            "0",
+            "--threads",
+            str(torch.get_num_threads()),
+            *extra,
+        ],
     )
 
 
@@ -98,9 +112,19 @@ def test_cli_bench_json_rows(tmp_path):
     result = run_bench(tmp_path, "--json")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    keys = {"k", "temperature", "tokens_per_s", "baseline_tokens_per_s", "speedup", "acceptance_rate", "alpha",
-            "tokens_per_target_call", "theoretical_tokens_per_target_call", "hf_assisted_tokens_per_s",
-            "cost_model_speedup"}
+    keys = {
+        "k",
+        "temperature",
+        "tokens_per_s",
+        "baseline_tokens_per_s",
+        "speedup",
+        "acceptance_rate",
+        "alpha",
+        "tokens_per_target_call",
+        "theoretical_tokens_per_target_call",
+        "hf_assisted_tokens_per_s",
+        "cost_model_speedup",
+    }
     fixed = [row for row in rows if not row["adaptive"]]
     assert len(fixed) == 1 and keys <= set(fixed[0])
     assert fixed[0]["k"] == 2 and fixed[0]["hf_assisted_tokens_per_s"] > 0

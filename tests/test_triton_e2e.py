@@ -16,17 +16,16 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-
-from trt_spec.cli import main
-from trt_spec.errors import GenerationError
-from trt_spec.spec import load_spec
-from trt_spec.runtime import tensors as T
-from trt_spec.bench.server import prompt_texts
-from trt_spec.client import SpecClient
-from trt_spec.repository.writer import write_repository
-from trt_spec.serving.server import TritonServer
-
 from conftest import DEMO_PAIR, EXAMPLES
+
+from trt_spec.bench.prompts import prompt_texts
+from trt_spec.cli import main
+from trt_spec.client import SpecClient
+from trt_spec.errors import GenerationError
+from trt_spec.repository.writer import write_repository
+from trt_spec.runtime import tensors as T
+from trt_spec.serving.server import TritonServer
+from trt_spec.spec import load_spec
 
 pytest.importorskip("pytriton", reason="the CPU Triton server comes with nvidia-pytriton")
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -96,8 +95,11 @@ def generate(server, prompt: str, **options):
 def metrics(server) -> dict[str, float]:
     with urllib.request.urlopen(server.metrics_url, timeout=10) as response:
         text = response.read().decode()
-    return {line.rpartition(" ")[0]: float(line.rpartition(" ")[2]) for line in text.splitlines()
-            if line.startswith("trt_spec_")}
+    return {
+        line.rpartition(" ")[0]: float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if line.startswith("trt_spec_")
+    }
 
 
 def metric(values: dict[str, float], prefix: str) -> float:
@@ -165,9 +167,12 @@ def test_seeded_sampling_is_reproducible(server, prompts):
 def test_stop_word_ends_the_completion(server, target, prompts):
     reference = greedy_reference(target, prompts[2], NEW_TOKENS)
     tokenizer = target[1]
-    index = next(i for i in range(3, len(reference))
-                 if tokenizer(decode(target, [reference[i]]), add_special_tokens=False)["input_ids"] == [reference[i]]
-                 and reference[i] not in reference[:i])
+    index = next(
+        i
+        for i in range(3, len(reference))
+        if tokenizer(decode(target, [reference[i]]), add_special_tokens=False)["input_ids"] == [reference[i]]
+        and reference[i] not in reference[:i]
+    )
     stop = decode(target, [reference[index]])
     events = generate(server, prompts[2], max_tokens=NEW_TOKENS, stop_words=[stop])
     assert "".join(event.text for event in events) == decode(target, reference[: index + 1])
@@ -220,8 +225,9 @@ def test_cancelled_stream_stops_drafting(server, prompts):
         stream.close()  # the client leaves: the request is cancelled on the server
     assert seen[-1].num_output_tokens < 20
     deadline = time.monotonic() + 30
-    while metric(metrics(server), 'trt_spec_loop_requests_total{model="tensorrt_llm_bls",outcome="cancelled"}') \
-            <= metric(before, 'trt_spec_loop_requests_total{model="tensorrt_llm_bls",outcome="cancelled"}'):
+    while metric(
+        metrics(server), 'trt_spec_loop_requests_total{model="tensorrt_llm_bls",outcome="cancelled"}'
+    ) <= metric(before, 'trt_spec_loop_requests_total{model="tensorrt_llm_bls",outcome="cancelled"}'):
         assert time.monotonic() < deadline, "the loop model never saw the cancellation"
         time.sleep(0.1)
     after = metrics(server)
@@ -233,9 +239,14 @@ def test_cancelled_stream_stops_drafting(server, prompts):
 def test_metrics_on_the_metrics_port(server, prompts):
     generate(server, prompts[0], max_tokens=16)
     values = metrics(server)
-    for name in ("trt_spec_loop_iterations_total", "trt_spec_loop_target_calls_total", "trt_spec_loop_draft_tokens_total",
-                 "trt_spec_loop_accepted_draft_tokens_total", "trt_spec_loop_output_tokens_total",
-                 "trt_spec_engine_execute_seconds_total"):
+    for name in (
+        "trt_spec_loop_iterations_total",
+        "trt_spec_loop_target_calls_total",
+        "trt_spec_loop_draft_tokens_total",
+        "trt_spec_loop_accepted_draft_tokens_total",
+        "trt_spec_loop_output_tokens_total",
+        "trt_spec_engine_execute_seconds_total",
+    ):
         assert metric(values, name) > 0, name
     assert 0 < metric(values, "trt_spec_loop_acceptance_rate") <= 1
     assert metric(values, "trt_spec_loop_tokens_per_target_call") >= 1
@@ -260,13 +271,41 @@ def test_cli_generate_reports_an_unreachable_server():
 
 
 def test_cli_bench_over_grpc(server):
-    result = CliRunner().invoke(main, ["bench", "--url", server.grpc_url, "--metrics-url", server.metrics_url,
-                                       "--prompts", "2", "--max-tokens", "12", "--concurrency", "2", "--json"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            "--url",
+            server.grpc_url,
+            "--metrics-url",
+            server.metrics_url,
+            "--prompts",
+            "2",
+            "--max-tokens",
+            "12",
+            "--concurrency",
+            "2",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    keys = {"k", "temperature", "tokens_per_s", "baseline_tokens_per_s", "speedup", "acceptance_rate", "alpha",
-            "tokens_per_target_call", "theoretical_tokens_per_target_call", "hf_assisted_tokens_per_s",
-            "cost_model_speedup", "ttft_ms", "itl_ms", "concurrency"}
+    keys = {
+        "k",
+        "temperature",
+        "tokens_per_s",
+        "baseline_tokens_per_s",
+        "speedup",
+        "acceptance_rate",
+        "alpha",
+        "tokens_per_target_call",
+        "theoretical_tokens_per_target_call",
+        "hf_assisted_tokens_per_s",
+        "cost_model_speedup",
+        "ttft_ms",
+        "itl_ms",
+        "concurrency",
+    }
     assert [row["concurrency"] for row in rows] == [1, 2]
     for row in rows:
         assert keys <= set(row) and row["k"] == 4
@@ -282,8 +321,12 @@ def test_demo_runs_end_to_end_and_leaves_nothing_behind():
     import subprocess
     import sys
 
-    result = subprocess.run([str(Path(sys.executable).parent / "trt-spec"), "demo", "--max-tokens", "8"],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "trt-spec"), "demo", "--max-tokens", "8"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     for step in ("== check", "== plan", "== repo", "== serve", "== generate", "== summary", "== stop"):
         assert step in result.stdout, step

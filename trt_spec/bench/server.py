@@ -3,10 +3,10 @@ on the same server, at concurrency 1 and N, over gRPC streaming.
 
 Per configuration (K, temperature, concurrency) every packaged prompt is sent, speculative and
 plain interleaved prompt by prompt (at concurrency N, in alternating batches), so a shared
-machine's drift hits both alike. Reported per row, with DESIGN.md's keys: tokens per second
-(all tokens / wall time), time to first token and inter-token latency (medians over requests:
-first response minus send; (last - first response) / tokens after the first response),
-acceptance, tokens per target call.
+machine's drift hits both alike. Reported per row (:class:`~trt_spec.bench.rows.ServerRow`), with
+the keys the README lists for ``bench --url``: tokens per second (all tokens / wall time), time
+to first token and inter-token latency (medians over requests: first response minus send; (last -
+first response) / tokens after the first response), acceptance, tokens per target call.
 
 From the server's metrics port (when reachable) come ``alpha`` (accepted / (accepted +
 rejections)) and, at concurrency 1, where an iteration's time goes: the loop model's wall time
@@ -19,24 +19,25 @@ prompts at concurrency 1 too, interleaved with the server's requests, for the ra
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from trt_spec.bench.inprocess import load_prompt_texts, theoretical_tokens_per_call
+from trt_spec.bench.prompts import MAX_NEW_TOKENS, PROMPT_CHARS, prompt_texts
+from trt_spec.bench.rows import InprocessComparison, LoopBreakdown, Progress, RequestResult, ServerRow, Tally
+from trt_spec.client import SpecClient, StreamEvent
 from trt_spec.errors import GenerationError
 from trt_spec.runtime import tensors as T
-from trt_spec.client import SpecClient, StreamEvent
+from trt_spec.runtime.parameters import PreprocessingParameters
 
-Progress = Callable[[str], None]
-PROMPT_CHARS = 240  # ~64 tokens of Python source with the demo tokenizer
-MAX_NEW_TOKENS = 96
+if TYPE_CHECKING:
+    from trt_spec.twin import TwinPair
+
 DEFAULT_CONCURRENCY = 4
-LOOP = T.LOOP
 
 
 @dataclass(frozen=True)
@@ -51,45 +52,12 @@ class ServerBenchConfig:
 
 
 @dataclass
-class RequestResult:
-    tokens: int
-    seconds: float
-    ttft_s: float
-    itl_s: float | None  # None when everything came in one response
-    drafted: int
-    accepted: int
-    target_calls: int
-    text: str = ""
+class ServerReport:
+    rows: list[ServerRow]
+    notes: list[str] = field(default_factory=list)
 
 
-@dataclass
-class _Tally:
-    results: list[RequestResult] = field(default_factory=list)
-    wall_seconds: float = 0.0
-
-    @property
-    def tokens(self) -> int:
-        return sum(r.tokens for r in self.results)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.wall_seconds if self.wall_seconds else 0.0
-
-
-def prompt_texts(num_prompts: int, prompt_chars: int) -> list[str]:
-    """The packaged held-out prompts, each cut to ``prompt_chars`` characters at a line end."""
-    texts = load_prompt_texts()
-    if not 1 <= num_prompts <= len(texts):
-        raise ValueError(f"num_prompts must be in 1..{len(texts)}; got {num_prompts}")
-    cut = []
-    for entry in texts[:num_prompts]:
-        text = entry["text"][:prompt_chars]
-        end = text.rfind("\n")
-        cut.append(text[: end + 1] if end > prompt_chars // 2 else text)
-    return cut
-
-
-def run_request(client: SpecClient, prompt: str, **options) -> RequestResult:
+def run_request(client: SpecClient, prompt: str, **options: Any) -> RequestResult:
     """One streamed request, timed."""
     started = time.perf_counter()
     events: list[StreamEvent] = list(client.generate(prompt, **options))
@@ -100,9 +68,14 @@ def run_request(client: SpecClient, prompt: str, **options) -> RequestResult:
     after_first = last.num_output_tokens - first.num_output_tokens
     itl = (last.arrival_s - first.arrival_s) / after_first if after_first > 0 else None
     return RequestResult(
-        tokens=last.num_output_tokens, seconds=seconds, ttft_s=first.arrival_s - started, itl_s=itl,
-        drafted=last.total_draft_tokens, accepted=last.total_accepted_draft_tokens,
-        target_calls=last.num_target_calls, text="".join(event.text for event in events),
+        tokens=last.num_output_tokens,
+        seconds=seconds,
+        ttft_s=first.arrival_s - started,
+        itl_s=itl,
+        drafted=last.total_draft_tokens,
+        accepted=last.total_accepted_draft_tokens,
+        target_calls=last.num_target_calls,
+        text="".join(event.text for event in events),
     )
 
 
@@ -130,7 +103,9 @@ def read_metrics(url: str | None) -> dict[str, float] | None:
     return values
 
 
-def settled_metrics(url: str | None, before: dict[str, float], requests: int = 1, timeout_s: float = 5.0) -> dict | None:
+def settled_metrics(
+    url: str | None, before: dict[str, float], requests: int = 1, timeout_s: float = 5.0
+) -> dict[str, float] | None:
     """The metrics once the loop model has recorded ``requests`` more requests than in
     ``before`` (it records a request after sending its last response, so a client can see the
     end of a request before its metrics)."""
@@ -138,7 +113,8 @@ def settled_metrics(url: str | None, before: dict[str, float], requests: int = 1
     target = _metric_sum(before, "trt_spec_loop_requests_total") + requests
     while True:
         values = read_metrics(url)
-        if values is None or _metric_sum(values, "trt_spec_loop_requests_total") >= target or time.monotonic() > deadline:
+        recorded = values is None or _metric_sum(values, "trt_spec_loop_requests_total") >= target
+        if recorded or time.monotonic() > deadline:
             return values
         time.sleep(0.01)
 
@@ -147,26 +123,15 @@ def _metric_sum(delta: dict[str, float], prefix: str) -> float:
     return sum(value for name, value in delta.items() if name.startswith(prefix))
 
 
-@dataclass(frozen=True)
-class LoopBreakdown:
-    """Per iteration of the loop model, from metric deltas over a concurrency-1 run."""
-
-    iterations: int
-    iteration_ms: float  # the loop model's wall time per iteration
-    engine_ms: float  # the engine models' own time inside execute, per iteration
-    overhead_ms: float  # everything else: BLS round trips, copies, bookkeeping, responses
-    engine_source: str  # "trt_spec" (the torch flavor's own timers) or "triton" (compute_infer)
-    # The overhead in two parts: the loop model's own work between engine calls (bookkeeping,
-    # building requests, handing responses to its sender), and the BLS transport (the engine
-    # calls' wall time minus the engine models' own time: IPC, Triton's scheduling, copies).
-    loop_own_ms: float = 0.0
-    transport_ms: float = 0.0
+def _delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Each metric of ``after`` minus its value in ``before`` (0 where it was absent)."""
+    return {name: after[name] - before.get(name, 0.0) for name in after}
 
 
-def loop_breakdown(before: dict | None, after: dict | None) -> LoopBreakdown | None:
+def loop_breakdown(before: dict[str, float] | None, after: dict[str, float] | None) -> LoopBreakdown | None:
     if before is None or after is None:
         return None
-    delta = {name: after[name] - before.get(name, 0.0) for name in after}
+    delta = _delta(before, after)
     iterations = int(_metric_sum(delta, "trt_spec_loop_iterations_total"))
     if iterations <= 0:
         return None
@@ -178,10 +143,15 @@ def loop_breakdown(before: dict | None, after: dict | None) -> LoopBreakdown | N
         # tensorrtllm flavor: Triton's own compute time of the engine models (it includes the
         # backend's queueing of the request, so the overhead is a lower bound).
         source = "triton"
-        engine_seconds = sum(
-            value for name, value in delta.items()
-            if name.startswith("nv_inference_compute_infer_duration_us") and (f'"{T.TARGET}"' in name or f'"{T.DRAFT}"' in name)
-        ) / 1e6
+        engine_seconds = (
+            sum(
+                value
+                for name, value in delta.items()
+                if name.startswith("nv_inference_compute_infer_duration_us")
+                and (f'"{T.TARGET}"' in name or f'"{T.DRAFT}"' in name)
+            )
+            / 1e6
+        )
     return LoopBreakdown(
         iterations=iterations,
         iteration_ms=loop_seconds / iterations * 1e3,
@@ -193,10 +163,10 @@ def loop_breakdown(before: dict | None, after: dict | None) -> LoopBreakdown | N
     )
 
 
-def _alpha(before: dict | None, after: dict | None) -> float | None:
+def _alpha(before: dict[str, float] | None, after: dict[str, float] | None) -> float | None:
     if before is None or after is None:
         return None
-    delta = {name: after[name] - before.get(name, 0.0) for name in after}
+    delta = _delta(before, after)
     accepted = _metric_sum(delta, "trt_spec_loop_accepted_draft_tokens_total")
     rejections = _metric_sum(delta, "trt_spec_loop_rejections_total")
     return accepted / (accepted + rejections) if accepted + rejections else None
@@ -215,7 +185,7 @@ class _Clients:
         for client in self.clients:
             client.close()
 
-    def run_batch(self, prompts: Sequence[str], options: dict) -> tuple[list[RequestResult], float]:
+    def run_batch(self, prompts: Sequence[str], options: dict[str, Any]) -> tuple[list[RequestResult], float]:
         """All ``prompts``, at most len(clients) in flight; (results, wall seconds)."""
         results: list[RequestResult | None] = [None] * len(prompts)
         errors: list[BaseException] = []
@@ -256,7 +226,7 @@ def server_default_k(url: str) -> int:
         from trt_spec.client import _client_error
 
         raise _client_error(exc, url) from None
-    return int(config["config"]["parameters"]["default_num_draft_tokens"]["string_value"])
+    return PreprocessingParameters.from_config(config["config"]).default_num_draft_tokens
 
 
 def run_server_bench(
@@ -264,10 +234,10 @@ def run_server_bench(
     config: ServerBenchConfig = ServerBenchConfig(),
     *,
     metrics_url: str | None = None,
-    pair=None,
+    pair: TwinPair | None = None,
     progress: Progress | None = None,
-) -> dict:
-    """Benchmark the server at ``url``; returns ``{"rows": [...], "notes": [...]}``.
+) -> ServerReport:
+    """Benchmark the server at ``url``: a row per temperature, K and concurrency.
 
     ``pair``: a :class:`~trt_spec.twin.TwinPair` of the same checkpoints; the
     in-process loop then runs the same prompts (concurrency 1) for comparison.
@@ -279,7 +249,7 @@ def run_server_bench(
     prompts = prompt_texts(config.num_prompts, config.prompt_chars)
     ks = config.ks or (server_default_k(url),)
     concurrencies = sorted({1, config.concurrency})
-    rows, notes = [], []
+    report = ServerReport(rows=[])
     clients = _Clients(url, max(concurrencies))
     try:
         warm = clients.clients[0]
@@ -287,31 +257,43 @@ def run_server_bench(
         for temperature in config.temperatures:
             for k in ks:
                 for concurrency in concurrencies:
-                    rows.append(_run_config(clients, prompts, k, temperature, concurrency, config, metrics_url, pair, say))
+                    report.rows.append(
+                        _run_config(clients, prompts, k, temperature, concurrency, config, metrics_url, pair, say)
+                    )
     finally:
         clients.close()
     if read_metrics(metrics_url) is None:
-        notes.append(f"no metrics at {metrics_url}: alpha and the loop's time per iteration are not reported")
-    return {"rows": rows, "notes": notes}
+        report.notes.append(f"no metrics at {metrics_url}: alpha and the loop's time per iteration are not reported")
+    return report
 
 
-def _run_config(clients: _Clients, prompts, k, temperature, concurrency, config, metrics_url, pair, say) -> dict:
-    base = {"max_tokens": config.max_new_tokens, "temperature": temperature}
-    spec_tally, plain_tally, local_tally = _Tally(), _Tally(), _Tally()
+def _run_config(
+    clients: _Clients,
+    prompts: list[str],
+    k: int,
+    temperature: float,
+    concurrency: int,
+    config: ServerBenchConfig,
+    metrics_url: str | None,
+    pair: TwinPair | None,
+    say: Progress,
+) -> ServerRow:
+    base = {T.MAX_TOKENS.name: config.max_new_tokens, T.TEMPERATURE.name: temperature}
+    spec_tally, plain_tally, local_tally = Tally(), Tally(), Tally()
     seeds = [config.seed + index for index in range(len(prompts))]
     breakdown = alpha = None
     if concurrency == 1:
         client = clients.clients[0]
         before = None
         for index, prompt in enumerate(prompts):
-            options = {**base, "seed": seeds[index]} if temperature > 0 else dict(base)
+            options = {**base, T.SEED.name: seeds[index]} if temperature > 0 else dict(base)
             # Rotate the order: a slow drift of a shared machine hits every configuration alike.
             runs = [("spec", k), ("plain", 0)] + ([("local", k)] if pair is not None else [])
             shift = index % len(runs)
             for name, num_draft_tokens in runs[shift:] + runs[:shift]:
                 if name == "local":
-                    local_tally.results.append(_run_local(pair, prompt, num_draft_tokens, options))
-                    local_tally.wall_seconds += local_tally.results[-1].seconds
+                    result = _run_local(pair, prompt, num_draft_tokens, options)
+                    local_tally.add_results([result], result.seconds)
                     continue
                 tally = spec_tally if name == "spec" else plain_tally
                 if name == "spec":
@@ -321,48 +303,52 @@ def _run_config(clients: _Clients, prompts, k, temperature, concurrency, config,
                     later = settled_metrics(metrics_url, snapshot)
                     if later is not None:
                         before = _accumulate(before, snapshot, later)
-                tally.results.append(result)
-                tally.wall_seconds += result.seconds
+                tally.add_results([result], result.seconds)
         if before is not None:
             breakdown = loop_breakdown({}, before)
             alpha = _alpha({}, before)
     else:
         batches = [("spec", k), ("plain", 0)]
         for round_index in range(2):
-            for name, num_draft_tokens in (batches if round_index == 0 else batches[::-1]):
+            for name, num_draft_tokens in batches if round_index == 0 else batches[::-1]:
                 tally = spec_tally if name == "spec" else plain_tally
-                options = {**base, "num_draft_tokens": num_draft_tokens}
+                options = {**base, T.NUM_DRAFT_TOKENS.name: num_draft_tokens}
                 if temperature > 0:
-                    options["seed"] = config.seed + round_index
+                    options[T.SEED.name] = config.seed + round_index
                 snapshot = read_metrics(metrics_url) if name == "spec" else None
                 results, seconds = clients.run_batch(prompts, options)
                 if snapshot is not None:
                     later = settled_metrics(metrics_url, snapshot, len(prompts))
                     alpha = _alpha(snapshot, later) if alpha is None else alpha
-                tally.results += results
-                tally.wall_seconds += seconds
-    row = _row(k, temperature, concurrency, spec_tally, plain_tally, alpha)
-    if breakdown is not None:
-        row.update(loop_iteration_ms=breakdown.iteration_ms, engine_ms_per_iteration=breakdown.engine_ms,
-                   loop_overhead_ms_per_iteration=breakdown.overhead_ms, engine_time_source=breakdown.engine_source,
-                   loop_own_ms_per_iteration=breakdown.loop_own_ms, bls_transport_ms_per_iteration=breakdown.transport_ms)
+                tally.add_results(results, seconds)
+    inprocess = None
     if local_tally.results:
-        row.update(inprocess_tokens_per_s=local_tally.tokens_per_s,
-                   server_vs_inprocess=spec_tally.tokens_per_s / local_tally.tokens_per_s if local_tally.tokens_per_s else None,
-                   inprocess_same_tokens=_same_tokens(spec_tally, local_tally, temperature))
+        local = local_tally.tokens_per_s
+        inprocess = InprocessComparison(
+            tokens_per_s=local,
+            server_vs_inprocess=spec_tally.tokens_per_s / local if local else None,
+            same_tokens=_same_tokens(spec_tally, local_tally, temperature),
+        )
+    row = ServerRow.measure(k, temperature, concurrency, spec_tally, plain_tally, alpha, breakdown, inprocess)
     say(
-        f"K={k} T={temperature:g} concurrency {concurrency}: {row['tokens_per_s']:.1f} tok/s vs plain "
-        f"{row['baseline_tokens_per_s']:.1f} (x{row['speedup']:.2f}), acceptance {row['acceptance_rate']:.3f}"
-        + (f", in-process {row['inprocess_tokens_per_s']:.1f} tok/s (server/in-process {row['server_vs_inprocess']:.3f})"
-           if "inprocess_tokens_per_s" in row else "")
-        + (f", loop overhead {row['loop_overhead_ms_per_iteration']:.2f} ms of {row['loop_iteration_ms']:.2f} ms per iteration"
-           f" (own work {row['loop_own_ms_per_iteration']:.2f}, BLS transport {row['bls_transport_ms_per_iteration']:.2f})"
-           if "loop_overhead_ms_per_iteration" in row else "")
+        f"K={k} T={temperature:g} concurrency {concurrency}: {row.tokens_per_s:.1f} tok/s vs plain "
+        f"{row.baseline_tokens_per_s:.1f} (x{row.speedup:.2f}), acceptance {row.acceptance_rate:.3f}"
+        + (
+            f", in-process {inprocess.tokens_per_s:.1f} tok/s (server/in-process {inprocess.server_vs_inprocess:.3f})"
+            if inprocess is not None
+            else ""
+        )
+        + (
+            f", loop overhead {breakdown.overhead_ms:.2f} ms of {breakdown.iteration_ms:.2f} ms per iteration"
+            f" (own work {breakdown.loop_own_ms:.2f}, BLS transport {breakdown.transport_ms:.2f})"
+            if breakdown is not None
+            else ""
+        )
     )
     return row
 
 
-def _accumulate(total: dict | None, before: dict, after: dict) -> dict:
+def _accumulate(total: dict[str, float] | None, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """Sum of metric deltas over the measured (speculative) requests only."""
     total = dict(total or {})
     for name, value in after.items():
@@ -370,26 +356,28 @@ def _accumulate(total: dict | None, before: dict, after: dict) -> dict:
     return total
 
 
-def _same_tokens(server: _Tally, local: _Tally, temperature: float) -> bool | None:
+def _same_tokens(server: Tally, local: Tally, temperature: float) -> bool | None:
     if temperature > 0:
         return None  # sampled: the same distribution, not the same tokens
     return [r.text for r in server.results] == [r.text for r in local.results]
 
 
-def _run_local(pair, prompt: str, num_draft_tokens: int, options: dict) -> RequestResult:
+def _run_local(pair: TwinPair, prompt: str, num_draft_tokens: int, options: dict[str, Any]) -> RequestResult:
     from trt_spec.runtime.loop import GenerationParams
     from trt_spec.runtime.text import IncrementalDetokenizer
 
     pair.target.reset()
     pair.draft.reset()
-    ids = list(pair.tokenizer(prompt)["input_ids"])  # as preprocessing encodes it
+    ids = list(pair.tokenizer(prompt).input_ids)  # as preprocessing encodes it
     params = GenerationParams(
-        max_new_tokens=options["max_tokens"], temperature=options["temperature"],
-        num_draft_tokens=num_draft_tokens, eos_token_ids=pair.eos_token_ids,
+        max_new_tokens=options[T.MAX_TOKENS.name],
+        temperature=options[T.TEMPERATURE.name],
+        num_draft_tokens=num_draft_tokens,
+        eos_token_ids=pair.eos_token_ids,
     )
     detokenizer = IncrementalDetokenizer(pair.tokenizer)
     started = time.perf_counter()
-    generation = pair.generate(ids, params, seed=options.get("seed"))
+    generation = pair.generate(ids, params, seed=options.get(T.SEED.name))
     first = None
     text = []
     for tokens in generation:
@@ -399,82 +387,12 @@ def _run_local(pair, prompt: str, num_draft_tokens: int, options: dict) -> Reque
     text.append(detokenizer.flush())
     stats = generation.stats
     return RequestResult(
-        tokens=len(generation.output), seconds=seconds, ttft_s=(first or started) - started, itl_s=None,
-        drafted=stats.drafted_tokens, accepted=stats.accepted_tokens, target_calls=stats.target_calls,
+        tokens=len(generation.output),
+        seconds=seconds,
+        ttft_s=(first or started) - started,
+        itl_s=None,
+        drafted=stats.drafted_tokens,
+        accepted=stats.accepted_tokens,
+        target_calls=stats.target_calls,
         text="".join(text),
     )
-
-
-def _median(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def _row(k, temperature, concurrency, spec: _Tally, plain: _Tally, alpha) -> dict:
-    drafted = sum(r.drafted for r in spec.results)
-    accepted = sum(r.accepted for r in spec.results)
-    calls = sum(r.target_calls for r in spec.results)
-    ttft, itl = _median(r.ttft_s for r in spec.results), _median(r.itl_s for r in spec.results)
-    return {
-        "k": k,
-        "temperature": temperature,
-        "adaptive": False,
-        "concurrency": concurrency,
-        "tokens_per_s": spec.tokens_per_s,
-        "baseline_tokens_per_s": plain.tokens_per_s,
-        "speedup": spec.tokens_per_s / plain.tokens_per_s if plain.tokens_per_s else None,
-        "acceptance_rate": accepted / drafted if drafted else 0.0,
-        "alpha": alpha,
-        "tokens_per_target_call": spec.tokens / calls if calls else 0.0,
-        "theoretical_tokens_per_target_call": theoretical_tokens_per_call(alpha, k) if alpha is not None else None,
-        "hf_assisted_tokens_per_s": None,
-        "cost_model_speedup": None,
-        "ttft_ms": ttft * 1e3 if ttft is not None else None,
-        "itl_ms": itl * 1e3 if itl is not None else None,
-        "baseline_ttft_ms": _ms(_median(r.ttft_s for r in plain.results)),
-        "baseline_itl_ms": _ms(_median(r.itl_s for r in plain.results)),
-        "requests": len(spec.results),
-        "tokens": spec.tokens,
-    }
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1e3
-
-
-def write_server_plot(rows: list[dict], path):
-    """Tokens/s (speculative vs plain) and inter-token latency against concurrency, as a PNG.
-
-    Raises:
-        ImportError: matplotlib is not installed (``pip install trt-spec[bench]``).
-    """
-    from pathlib import Path
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (speed_axis, latency_axis) = plt.subplots(1, 2, figsize=(11, 4.2))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    groups = sorted({(row["k"], row["temperature"]) for row in rows})
-    for index, (k, temperature) in enumerate(groups):
-        group = sorted((r for r in rows if (r["k"], r["temperature"]) == (k, temperature)), key=lambda r: r["concurrency"])
-        color = colors[index % len(colors)]
-        label = f"K={k} T={temperature:g}"
-        concurrency = [r["concurrency"] for r in group]
-        speed_axis.plot(concurrency, [r["tokens_per_s"] for r in group], "o-", color=color, label=f"{label} speculative")
-        speed_axis.plot(concurrency, [r["baseline_tokens_per_s"] for r in group], "x--", color=color, label=f"{label} plain")
-        latency_axis.plot(concurrency, [r["itl_ms"] for r in group], "o-", color=color, label=f"{label} speculative")
-        latency_axis.plot(concurrency, [r["baseline_itl_ms"] for r in group], "x--", color=color, label=f"{label} plain")
-    speed_axis.set(xlabel="concurrent requests", ylabel="tokens/s (all requests)", title="Throughput")
-    latency_axis.set(xlabel="concurrent requests", ylabel="ms per token after the first", title="Inter-token latency")
-    for axis in (speed_axis, latency_axis):
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=7)
-    figure.suptitle("trt-spec through Triton (gRPC streaming)", fontsize=10)
-    figure.tight_layout()
-    path = Path(path)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path

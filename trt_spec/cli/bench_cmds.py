@@ -4,41 +4,107 @@ through a Triton server (time to first token, inter-token latency, concurrency).
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from trt_spec.cli.generate_cmds import choose_mode, load_twin, mode_options
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
+if TYPE_CHECKING:
+    from trt_spec.bench.inprocess import BenchReport
+    from trt_spec.bench.profile import IterationProfile
+    from trt_spec.bench.rows import ServerRow
+
 
 @click.command()
 @mode_options
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON (progress stays on stderr).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
-              help="Write speedup and tokens per target call against K to this PNG.")
-@click.option("-k", "--num-draft-tokens", "ks", type=click.IntRange(1, MAX_DRAFT_TOKENS), multiple=True,
-              help="K values to measure (repeatable); default 1 2 3 4 6 8.")
-@click.option("--temperature", "temperatures", type=click.FloatRange(min=0), multiple=True,
-              help="Temperatures to measure (repeatable); default 0 and 1.")
-@click.option("--prompts", "num_prompts", type=click.IntRange(min=1), default=None,
-              help="How many packaged prompts to use; default 8.")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write speedup and tokens per target call against K to this PNG.",
+)
+@click.option(
+    "-k",
+    "--num-draft-tokens",
+    "ks",
+    type=click.IntRange(1, MAX_DRAFT_TOKENS),
+    multiple=True,
+    help="K values to measure (repeatable); default 1 2 3 4 6 8.",
+)
+@click.option(
+    "--temperature",
+    "temperatures",
+    type=click.FloatRange(min=0),
+    multiple=True,
+    help="Temperatures to measure (repeatable); default 0 and 1.",
+)
+@click.option(
+    "--prompts",
+    "num_prompts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="How many packaged prompts to use; default 8.",
+)
 @click.option("--max-tokens", type=click.IntRange(min=2), default=None, help="New tokens per request; default 96.")
-@click.option("--repeats", type=click.IntRange(min=1), default=None,
-              help="Rounds over the prompts (more rounds, steadier means). Default 1.")
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Rounds over the prompts (more rounds, steadier means). Default 1.",
+)
 @click.option("--quick", is_flag=True, help="3 prompts, K 2 and 4, one run each: a smoke test in ~30 s.")
 @click.option("--no-hf", is_flag=True, help="Skip Hugging Face assisted generation.")
 @click.option("--no-adaptive", is_flag=True, help="Skip the adaptive-K runs.")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="torch CPU threads (default: torch's choice); 1 is steadiest on a shared machine.")
-@click.option("--profile", is_flag=True,
-              help="Instead: where one iteration's time goes, for each K (default: the spec's) and temperature.")
-@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
-              help="--url: requests in flight in the second run (the first is one at a time).")
-@click.option("--metrics-url", default=None, metavar="URL",
-              help="--url: the server's Prometheus endpoint (default http://HOST:8002/metrics) for alpha and "
-                   "the loop's time per iteration.")
-def bench(url, local, spec_path, device, runner, as_json, plot_path, ks, temperatures, num_prompts, max_tokens,
-          repeats, quick, no_hf, no_adaptive, threads, profile, concurrency, metrics_url) -> None:
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="torch CPU threads (default: torch's choice); 1 is steadiest on a shared machine.",
+)
+@click.option(
+    "--profile",
+    is_flag=True,
+    help="Instead: where one iteration's time goes, for each K (default: the spec's) and temperature.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="--url: requests in flight in the second run (the first is one at a time).",
+)
+@click.option(
+    "--metrics-url",
+    default=None,
+    metavar="URL",
+    help="--url: the server's Prometheus endpoint (default http://HOST:8002/metrics) for alpha and "
+    "the loop's time per iteration.",
+)
+def bench(
+    url,
+    local,
+    spec_path,
+    device,
+    runner,
+    as_json,
+    plot_path,
+    ks,
+    temperatures,
+    num_prompts,
+    max_tokens,
+    repeats,
+    quick,
+    no_hf,
+    no_adaptive,
+    threads,
+    profile,
+    concurrency,
+    metrics_url,
+) -> None:
     """Measure tokens/s, acceptance and tokens per target call against plain decoding.
 
     Prompts are Python sources held out of the demo pair's training (packaged with trt-spec).
@@ -57,7 +123,9 @@ def bench(url, local, spec_path, device, runner, as_json, plot_path, ks, tempera
 
     import torch
 
-    from trt_spec.bench.inprocess import BenchConfig, profile_iterations, run_local_bench, write_plot
+    from trt_spec.bench.inprocess import BenchConfig, run_local_bench
+    from trt_spec.bench.plot import write_plot
+    from trt_spec.bench.profile import profile_iterations
 
     url, spec = choose_mode(url, local, spec_path, spec_with_url=True)
     if plot_path:
@@ -70,8 +138,20 @@ def bench(url, local, spec_path, device, runner, as_json, plot_path, ks, tempera
     if url is not None:
         if profile or quick or repeats or no_hf or no_adaptive:
             raise click.UsageError("--profile, --quick, --repeats, --no-hf and --no-adaptive are for --local runs")
-        _bench_server(url, spec, device, runner, as_json, plot_path, ks, temperatures, num_prompts, max_tokens,
-                      concurrency, metrics_url)
+        _bench_server(
+            url,
+            spec,
+            device,
+            runner,
+            as_json,
+            plot_path,
+            ks,
+            temperatures,
+            num_prompts,
+            max_tokens,
+            concurrency,
+            metrics_url,
+        )
         return
     config = BenchConfig.quick() if quick else BenchConfig()
     overrides = {
@@ -90,9 +170,15 @@ def bench(url, local, spec_path, device, runner, as_json, plot_path, ks, tempera
     pair = load_twin(spec, device, runner)
     if profile:
         for temperature in config.temperatures:
-            for k in (ks or (spec.num_draft_tokens,)):
-                result = profile_iterations(pair, k, temperature, num_prompts=min(config.num_prompts, 4),
-                                            prompt_tokens=config.prompt_tokens, max_new_tokens=config.max_new_tokens)
+            for k in ks or (spec.num_draft_tokens,):
+                result = profile_iterations(
+                    pair,
+                    k,
+                    temperature,
+                    num_prompts=min(config.num_prompts, 4),
+                    prompt_tokens=config.prompt_tokens,
+                    max_new_tokens=config.max_new_tokens,
+                )
                 click.echo(format_profile(result))
         return
     report = run_local_bench(pair, config, progress=lambda line: click.echo(line, err=True))
@@ -100,16 +186,18 @@ def bench(url, local, spec_path, device, runner, as_json, plot_path, ks, tempera
         write_plot(report, plot_path)
         click.echo(f"wrote {plot_path}", err=True)
     if as_json:
-        click.echo(json.dumps(report.rows, indent=1))
+        click.echo(json.dumps([row.to_json() for row in report.rows], indent=1))
         click.echo(format_recommendations(report), err=True)
     else:
         click.echo(format_table(report))
         click.echo(format_recommendations(report))
 
 
-def _bench_server(url, spec, device, runner, as_json, plot_path, ks, temperatures, num_prompts, max_tokens,
-                  concurrency, metrics_url) -> None:
-    from trt_spec.bench.server import ServerBenchConfig, run_server_bench, write_server_plot
+def _bench_server(
+    url, spec, device, runner, as_json, plot_path, ks, temperatures, num_prompts, max_tokens, concurrency, metrics_url
+) -> None:
+    from trt_spec.bench.plot import write_server_plot
+    from trt_spec.bench.server import ServerBenchConfig, run_server_bench
 
     config = ServerBenchConfig(
         ks=tuple(sorted(set(ks))) or None,
@@ -120,51 +208,63 @@ def _bench_server(url, spec, device, runner, as_json, plot_path, ks, temperature
     )
     host = url.rsplit(":", 1)[0]
     pair = load_twin(spec, device, runner) if spec is not None else None
-    report = run_server_bench(url, config, metrics_url=metrics_url or f"http://{host}:8002/metrics", pair=pair,
-                              progress=lambda line: click.echo(line, err=True))
-    for note in report["notes"]:
+    report = run_server_bench(
+        url,
+        config,
+        metrics_url=metrics_url or f"http://{host}:8002/metrics",
+        pair=pair,
+        progress=lambda line: click.echo(line, err=True),
+    )
+    for note in report.notes:
         click.echo(f"note: {note}", err=True)
     if plot_path:
-        write_server_plot(report["rows"], plot_path)
+        write_server_plot(report.rows, plot_path)
         click.echo(f"wrote {plot_path}", err=True)
     if as_json:
-        click.echo(json.dumps(report["rows"], indent=1))
+        click.echo(json.dumps([row.to_json() for row in report.rows], indent=1))
     else:
-        click.echo(format_server_table(report["rows"]))
+        click.echo(format_server_table(report.rows))
 
 
-def format_server_table(rows) -> str:
-    header = (f"{'K':>3} {'T':>4} {'conc':>4} {'tok/s':>7} {'plain':>7} {'speedup':>7} {'acc.rate':>8} {'alpha':>6} "
-              f"{'tok/call':>8} {'TTFT ms':>8} {'ITL ms':>7} {'in-proc':>7} {'ratio':>6} {'ovh ms':>6} {'own':>5} {'BLS':>5}")
+def format_server_table(rows: list[ServerRow]) -> str:
+    header = (
+        f"{'K':>3} {'T':>4} {'conc':>4} {'tok/s':>7} {'plain':>7} {'speedup':>7} {'acc.rate':>8} {'alpha':>6} "
+        f"{'tok/call':>8} {'TTFT ms':>8} {'ITL ms':>7} {'in-proc':>7} {'ratio':>6} {'ovh ms':>6} {'own':>5} "
+        f"{'BLS':>5}"
+    )
     lines = [header]
     for row in rows:
+        inprocess, loop = row.inprocess, row.loop
         lines.append(
-            f"{row['k']:>3} {row['temperature']:>4g} {row['concurrency']:>4} {row['tokens_per_s']:>7.1f} "
-            f"{row['baseline_tokens_per_s']:>7.1f} {_number(row['speedup'], 7, 3)} {row['acceptance_rate']:>8.3f} "
-            f"{_number(row['alpha'], 6, 3)} {row['tokens_per_target_call']:>8.2f} {_number(row['ttft_ms'], 8, 1)} "
-            f"{_number(row['itl_ms'], 7, 2)} {_number(row.get('inprocess_tokens_per_s'), 7, 1)} "
-            f"{_number(row.get('server_vs_inprocess'), 6, 3)} {_number(row.get('loop_overhead_ms_per_iteration'), 6, 2)} "
-            f"{_number(row.get('loop_own_ms_per_iteration'), 5, 2)} {_number(row.get('bls_transport_ms_per_iteration'), 5, 2)}"
+            f"{row.k:>3} {row.temperature:>4g} {row.concurrency:>4} {row.tokens_per_s:>7.1f} "
+            f"{row.baseline_tokens_per_s:>7.1f} {_number(row.speedup, 7, 3)} {row.acceptance_rate:>8.3f} "
+            f"{_number(row.alpha, 6, 3)} {row.tokens_per_target_call:>8.2f} {_number(row.ttft_ms, 8, 1)} "
+            f"{_number(row.itl_ms, 7, 2)} {_number(inprocess and inprocess.tokens_per_s, 7, 1)} "
+            f"{_number(inprocess and inprocess.server_vs_inprocess, 6, 3)} {_number(loop and loop.overhead_ms, 6, 2)} "
+            f"{_number(loop and loop.loop_own_ms, 5, 2)} {_number(loop and loop.transport_ms, 5, 2)}"
         )
-    lines += ["", "plain: the same server with num_draft_tokens 0; in-proc: the in-process loop on the same prompts "
-                  "(--spec); ovh ms: the loop model's time per iteration outside the engine models (metrics), split into its own work "
-                  "between engine calls (own) and the BLS calls' transport (BLS)."]
+    lines += [
+        "",
+        "plain: the same server with num_draft_tokens 0; in-proc: the in-process loop on the same prompts "
+        "(--spec); ovh ms: the loop model's time per iteration outside the engine models (metrics), split "
+        "into its own work between engine calls (own) and the BLS calls' transport (BLS).",
+    ]
     return "\n".join(lines)
 
 
-def format_table(report) -> str:
+def format_table(report: BenchReport) -> str:
     header = (
         f"{'K':>3} {'T':>4} {'tok/s':>7} {'plain':>7} {'speedup':>7} {'bound':>6} {'HF asst':>7} "
         f"{'acc.rate':>8} {'alpha':>6} {'tok/call':>8} {'theory':>6}"
     )
     lines = [header]
     for row in report.rows:
-        k = f"{row['k']}a" if row["adaptive"] else str(row["k"])
+        k = f"{row.k}a" if row.adaptive else str(row.k)
         lines.append(
-            f"{k:>3} {row['temperature']:>4g} {row['tokens_per_s']:>7.1f} {row['baseline_tokens_per_s']:>7.1f} "
-            f"{row['speedup']:>7.3f} {_number(row['cost_model_speedup'], 6, 3)} "
-            f"{_number(row['hf_assisted_tokens_per_s'], 7, 1)} {row['acceptance_rate']:>8.3f} {row['alpha']:>6.3f} "
-            f"{row['tokens_per_target_call']:>8.2f} {_number(row['theoretical_tokens_per_target_call'], 6, 2)}"
+            f"{k:>3} {row.temperature:>4g} {row.tokens_per_s:>7.1f} {row.baseline_tokens_per_s:>7.1f} "
+            f"{row.speedup:>7.3f} {_number(row.cost_model_speedup, 6, 3)} "
+            f"{_number(row.hf_assisted_tokens_per_s, 7, 1)} {row.acceptance_rate:>8.3f} {row.alpha:>6.3f} "
+            f"{row.tokens_per_target_call:>8.2f} {_number(row.theoretical_tokens_per_target_call, 6, 2)}"
         )
     times = report.step_times
     lines += [
@@ -177,7 +277,7 @@ def format_table(report) -> str:
     return "\n".join(lines)
 
 
-def format_recommendations(report) -> str:
+def format_recommendations(report: BenchReport) -> str:
     lines = []
     for rec in report.recommendations:
         lines.append(
@@ -189,7 +289,7 @@ def format_recommendations(report) -> str:
     return "\n".join(lines)
 
 
-def format_profile(result) -> str:
+def format_profile(result: IterationProfile) -> str:
     lines = [
         f"K={result.num_draft_tokens} T={result.temperature:g}: {result.total_ms:.3f} ms per iteration "
         f"({result.iterations} iterations)"
@@ -199,7 +299,7 @@ def format_profile(result) -> str:
     return "\n".join(lines)
 
 
-def _number(value, width: int, decimals: int) -> str:
+def _number(value: float | None, width: int, decimals: int) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:>{width}.{decimals}f}"
 
 

@@ -1,0 +1,70 @@
+"""The theory a benchmark is compared with: pure formulas, no measuring.
+
+alpha is the per-position acceptance (accepted / (accepted + rejections)), K the draft length,
+t_1 a one-token target call, t_{K+1} a (K + 1)-token target call, t_d a one-token draft call and
+c = t_d / t_1. The K recommendation is Leviathan et al. 2023 (arXiv 2211.17192), Theorem 3.8.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trt_spec.runtime.loop import RequestStats, expected_tokens_per_call
+from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
+
+
+@dataclass
+class StepTimes:
+    """Seconds per forward pass, measured at a context of prompt + max_new_tokens / 2 tokens, in
+    the access pattern of the decoding they model: t_1 in a run of target calls (plain decoding),
+    t_d and t_{K+1} in rounds of K draft calls then one target call (one speculative step). So the
+    CPU-cache cost of alternating two models is part of the step times, and what the cost model
+    leaves out is the loop's own overhead."""
+
+    target_1: float
+    target_by_num_tokens: dict[int, float]  # K + 1 -> t_{K+1}
+    draft_by_k: dict[int, float]  # K -> t_d
+
+    @property
+    def draft_1(self) -> float:
+        """t_d averaged over the K measured."""
+        return sum(self.draft_by_k.values()) / len(self.draft_by_k)
+
+    @property
+    def cost_ratio(self) -> float:
+        """c = t_d / t_1."""
+        return self.draft_1 / self.target_1
+
+
+def theoretical_tokens_per_call(alpha: float, num_draft_tokens: int) -> float:
+    """(1 - alpha^(K+1)) / (1 - alpha): expected tokens per target call at i.i.d. acceptance alpha."""
+    return expected_tokens_per_call(alpha, num_draft_tokens)
+
+
+def theoretical_tokens_per_call_at_drafted(alpha: float, stats: RequestStats) -> float:
+    """The theory for the draft lengths a run actually used: the mean over its steps of
+    1 + alpha + ... + alpha^k_step. The last steps of a request draft fewer than K (never past
+    max_new_tokens), which the fixed-K formula does not know."""
+    if not stats.target_calls:
+        return 0.0
+    # sum over steps of sum_{j=1..k} alpha^j = sum over positions j of (steps drafting >= j) alpha^j
+    drafted_terms = sum(count * alpha ** (position + 1) for position, count in enumerate(stats.drafted_by_position))
+    return (stats.target_calls + drafted_terms) / stats.target_calls
+
+
+def cost_model_speedup(alpha: float, num_draft_tokens: int, step_times: StepTimes) -> float:
+    """E * t_1 / (K * t_d + t_{K+1}): the speedup over plain decoding if the loop cost nothing."""
+    expected = theoretical_tokens_per_call(alpha, num_draft_tokens)
+    t_draft = step_times.draft_by_k.get(num_draft_tokens, step_times.draft_1)
+    step = num_draft_tokens * t_draft + step_times.target_by_num_tokens[num_draft_tokens + 1]
+    return expected * step_times.target_1 / step
+
+
+def walltime_improvement(alpha: float, num_draft_tokens: int, cost_ratio: float) -> float:
+    """Leviathan et al. Theorem 3.8: (1 - alpha^(K+1)) / ((1 - alpha)(K c + 1))."""
+    return theoretical_tokens_per_call(alpha, num_draft_tokens) / (num_draft_tokens * cost_ratio + 1)
+
+
+def recommend_num_draft_tokens(alpha: float, cost_ratio: float, max_k: int = MAX_DRAFT_TOKENS) -> int:
+    """The K in 1..max_k that maximises :func:`walltime_improvement`."""
+    return max(range(1, max_k + 1), key=lambda k: walltime_improvement(alpha, k, cost_ratio))
