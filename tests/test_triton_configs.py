@@ -4,20 +4,31 @@ with the spec are refused."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
-from google.protobuf import text_format
+from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
 from trt_spec.errors import EngineMismatchError, RepositoryError
 from trt_spec.layout import engine_dir
 from trt_spec.plan import make_plan
-from trt_spec.spec import load_spec, parse_spec
 from trt_spec.repository import configs
-from trt_spec.runtime import tensors as T
 from trt_spec.repository.writer import write_repository
+from trt_spec.runtime import tensors as T
+from trt_spec.runtime.parameters import (
+    PYTHON_BACKEND_KEYS,
+    LoopParameters,
+    ModelParametersError,
+    PostprocessingParameters,
+    PreprocessingParameters,
+    TensorrtLlmParameters,
+    TorchEngineParameters,
+)
+from trt_spec.spec import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_SPEC = ROOT / "examples" / "pystdlib-demo.yaml"
@@ -39,7 +50,9 @@ def test_every_written_config_parses_back(demo_spec, tmp_path, flavor):
     written = sorted(p.parent.name for p in (tmp_path / "repo").glob("*/config.pbtxt"))
     assert written == sorted(T.MODEL_NAMES)
     for name in written:
-        config = text_format.Parse((tmp_path / "repo" / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+        config = text_format.Parse(
+            (tmp_path / "repo" / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()
+        )
         assert config.name == name
         assert config.max_batch_size == demo_spec.engine.max_batch_size
     assert sorted(result.models) == sorted(T.MODEL_NAMES)
@@ -52,14 +65,30 @@ def test_every_written_config_parses_back(demo_spec, tmp_path, flavor):
 def test_ensemble_matches_the_design_contract(demo_spec):
     config = configs.ensemble_config(configs.settings_from_plan(make_plan(demo_spec)))
     inputs = {i.name: i for i in config.input}
-    assert list(inputs) == ["text_input", "max_tokens", "temperature", "top_k", "top_p", "num_draft_tokens",
-                            "stream", "stop_words", "seed", "adaptive_draft"]
+    assert list(inputs) == [
+        "text_input",
+        "max_tokens",
+        "temperature",
+        "top_k",
+        "top_p",
+        "num_draft_tokens",
+        "stream",
+        "stop_words",
+        "seed",
+        "adaptive_draft",
+    ]
     assert not inputs["text_input"].optional and not inputs["max_tokens"].optional
     assert all(inputs[name].optional for name in list(inputs)[2:])
     assert inputs["seed"].data_type == model_config_pb2.TYPE_UINT64
     assert inputs["text_input"].data_type == model_config_pb2.TYPE_STRING and list(inputs["text_input"].dims) == [1]
-    assert [o.name for o in config.output] == ["text_output", "total_draft_tokens", "total_accepted_draft_tokens",
-                                               "acceptance_rate", "num_target_calls", "num_output_tokens"]
+    assert [o.name for o in config.output] == [
+        "text_output",
+        "total_draft_tokens",
+        "total_accepted_draft_tokens",
+        "acceptance_rate",
+        "num_target_calls",
+        "num_output_tokens",
+    ]
     steps = config.ensemble_scheduling.step
     assert [s.model_name for s in steps] == [T.PREPROCESSING, T.LOOP, T.POSTPROCESSING]
     # Every tensor a step consumes is an ensemble input or produced by an earlier step.
@@ -122,7 +151,10 @@ def test_kv_fraction_admits_the_token_budget_in_any_load_order(tmp_path, monkeyp
     assert fractions["target"] * (gpu.capacity - gpu.target_fixed - gpu.draft_fixed - draft_kv) >= target_kv
     assert fractions["draft"] * (gpu.capacity - gpu.target_fixed - gpu.draft_fixed - target_kv) >= draft_kv
     # ... and not much more than needed when it loads first.
-    assert fractions["target"] < (target_kv + gpu.headroom) / (gpu.capacity - gpu.target_fixed - gpu.draft_fixed - draft_kv) + 0.01
+    assert (
+        fractions["target"]
+        < (target_kv + gpu.headroom) / (gpu.capacity - gpu.target_fixed - gpu.draft_fixed - draft_kv) + 0.01
+    )
 
 
 def test_torch_flavor_engines_are_python_models_with_the_same_tensors(demo_spec):
@@ -147,7 +179,9 @@ def _fake_engine(spec, role: str, **build_overrides) -> Path:
     }
     build.update(build_overrides)
     pretrained = {"architecture": "LlamaForCausalLM", "vocab_size": build.pop("vocab_size", 4096)}
-    (directory / "config.json").write_text(json.dumps({"version": "1.2.0", "pretrained_config": pretrained, "build_config": build}))
+    (directory / "config.json").write_text(
+        json.dumps({"version": "1.2.0", "pretrained_config": pretrained, "build_config": build})
+    )
     return directory
 
 
@@ -189,7 +223,8 @@ def test_engines_that_disagree_with_the_spec_are_refused(demo_spec, tmp_path, ro
 def test_probabilistic_acceptance_needs_generation_logits(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     data = {
-        "name": "prob", "target": {"model": str(ROOT / "examples/pystdlib-pair/target")},
+        "name": "prob",
+        "target": {"model": str(ROOT / "examples/pystdlib-pair/target")},
         "draft": {"model": str(ROOT / "examples/pystdlib-pair/draft")},
         "speculative": {"num_draft_tokens": 4, "acceptance": "probabilistic"},
         "engine": {"max_input_len": 512, "max_seq_len": 1008},
@@ -264,7 +299,9 @@ def test_cli_repo_writes_a_servable_repository(demo_spec, tmp_path):
 
     from trt_spec.cli import main
 
-    result = CliRunner().invoke(main, ["repo", "--spec", str(DEMO_SPEC), "--flavor", "torch", "-o", str(tmp_path / "out")])
+    result = CliRunner().invoke(
+        main, ["repo", "--spec", str(DEMO_SPEC), "--flavor", "torch", "-o", str(tmp_path / "out")]
+    )
     assert result.exit_code == 0, result.output
     assert f"wrote {tmp_path / 'out'} (torch flavor)" in result.stdout and "note: torch flavor" in result.stdout
     assert "trt-spec serve --repo" in result.stdout
@@ -294,6 +331,112 @@ def test_models_import_only_the_runtime_copy(demo_spec, tmp_path, name):
 
     write_repository(demo_spec, tmp_path / "repo", "torch")
     version = tmp_path / "repo" / name / "1"
-    loaded = subprocess.run([sys.executable, "-c", LOAD_MODEL, str(version)], capture_output=True, text=True, check=True)
+    loaded = subprocess.run(
+        [sys.executable, "-c", LOAD_MODEL, str(version)], capture_output=True, text=True, check=True
+    )
     modules = loaded.stdout.split()
     assert modules and all(m == "trt_spec" or m.startswith("trt_spec.runtime") for m in modules), modules
+
+
+# --- parameters: typed once (runtime/parameters.py), read back through the same classes -------------
+
+PARAMETER_CLASSES = {
+    "torch": {
+        T.PREPROCESSING: PreprocessingParameters,
+        T.POSTPROCESSING: PostprocessingParameters,
+        T.LOOP: LoopParameters,
+        T.TARGET: TorchEngineParameters,
+        T.DRAFT: TorchEngineParameters,
+    },
+    "tensorrtllm": {
+        T.PREPROCESSING: PreprocessingParameters,
+        T.POSTPROCESSING: PostprocessingParameters,
+        T.LOOP: LoopParameters,
+        T.TARGET: TensorrtLlmParameters,
+        T.DRAFT: TensorrtLlmParameters,
+    },
+}
+
+
+@pytest.mark.parametrize("flavor", ["torch", "tensorrtllm"])
+def test_each_models_parameters_parse_into_its_typed_class(demo_spec, flavor):
+    models = configs.all_configs(configs.settings_from_plan(make_plan(demo_spec), flavor=flavor))
+    assert {name for name, config in models.items() if config.parameters} == set(PARAMETER_CLASSES[flavor])
+    for name, cls in PARAMETER_CLASSES[flavor].items():
+        # The dict Triton hands a python model's initialize() (json.loads(args["model_config"])).
+        model_config = json_format.MessageToDict(models[name], preserving_proto_field_name=True)
+        assert name in cls.MODELS
+        # A renamed field or key breaks here, not when a server loads the model.
+        assert set(model_config["parameters"]) == {field.name for field in dataclasses.fields(cls)}, name
+        parameters = cls.from_config(model_config)
+        written = json_format.ParseDict({"parameters": parameters.to_config()}, model_config_pb2.ModelConfig())
+        assert written.parameters == models[name].parameters, name
+        assert cls.from_config({"parameters": parameters.to_config()}) == parameters
+
+
+def test_python_models_read_their_parameters_through_the_typed_classes():
+    # No model.py parses config parameters by hand.
+    for path in (ROOT / "trt_spec" / "runtime" / "models").glob("*/model.py"):
+        source = path.read_text()
+        assert "string_value" not in source and "Parameters.from_config(" in source, path
+
+
+def test_from_config_refuses_missing_unknown_and_malformed_parameters():
+    good = LoopParameters(
+        target_model=T.TARGET, draft_model=T.DRAFT, max_draft_len=4, adaptive_draft=False, use_draft_logits=True
+    )
+    config = {"name": T.LOOP, "parameters": good.to_config()}
+    assert good.to_config()["use_draft_logits"] == {"string_value": "true"}
+    # Triton's python backend reads a few keys of its own; they are not ours to refuse.
+    backend_keys = {key: {"string_value": "x"} for key in PYTHON_BACKEND_KEYS}
+    assert LoopParameters.from_config({"parameters": {**config["parameters"], **backend_keys}}) == good
+    missing = {"name": T.LOOP, "parameters": {k: v for k, v in config["parameters"].items() if k != "max_draft_len"}}
+    with pytest.raises(ModelParametersError, match=r"tensorrt_llm_bls: config.pbtxt has no parameter 'max_draft_len'"):
+        LoopParameters.from_config(missing)
+    unknown = {"name": T.LOOP, "parameters": {**config["parameters"], "acceptance": {"string_value": "greedy"}}}
+    with pytest.raises(ModelParametersError, match=r"the unknown parameter 'acceptance'.*trt-spec repo --spec F"):
+        LoopParameters.from_config(unknown)
+    for key, text in (("max_draft_len", "four"), ("adaptive_draft", "yes")):
+        bad = {"name": T.LOOP, "parameters": {**config["parameters"], key: {"string_value": text}}}
+        with pytest.raises(ModelParametersError, match=f"parameter '{key}' must be a"):
+            LoopParameters.from_config(bad)
+    fraction = TensorrtLlmParameters.from_config(
+        {
+            "parameters": {
+                **{field.name: {"string_value": "1"} for field in dataclasses.fields(TensorrtLlmParameters)},
+                "kv_cache_free_gpu_mem_fraction": {"string_value": "0.125"},
+                "enable_kv_cache_reuse": {"string_value": "true"},
+                "enable_chunked_context": {"string_value": "false"},
+                "exclude_input_in_output": {"string_value": "true"},
+                "speculative_decoding_fast_logits": {"string_value": "false"},
+            }
+        }
+    )
+    assert fraction.kv_cache_free_gpu_mem_fraction == 0.125 and fraction.enable_kv_cache_reuse is True
+
+
+def _tensor_names() -> set[str]:
+    return {value.name for value in vars(T).values() if isinstance(value, T.Tensor)}
+
+
+def test_no_tensor_name_is_typed_outside_tensors_py():
+    # Every other file of the runtime and the repository writer names a tensor as T.<TENSOR>.name.
+    names = _tensor_names()
+    assert {"input_ids", "max_tokens", "stop_words_list", "streaming", "end_id"} <= names
+    found = []
+    for directory in ("runtime", "repository"):
+        for path in sorted((ROOT / "trt_spec" / directory).rglob("*.py")):
+            if path == Path(T.__file__).resolve():
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    assert not found, "tensor names typed as literals (use T.<TENSOR>.name): " + "; ".join(found)
+
+
+def test_preprocessing_outputs_are_the_engine_tensors_made_plain():
+    engine = T.by_name(T.TARGET_INPUTS)
+    for tensor in T.PREPROCESSING_OUTPUTS:
+        assert not (tensor.optional or tensor.ragged or tensor.scalar_reshape), tensor.name
+        source = engine.get(tensor.name) or T.NUM_DRAFT_TOKENS
+        assert (tensor.name, tensor.dtype, tensor.dims) == (source.name, source.dtype, source.dims)

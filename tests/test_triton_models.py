@@ -14,6 +14,8 @@ import pytest
 
 from trt_spec.repository import configs
 from trt_spec.runtime import tensors as T
+from trt_spec.runtime.parameters import ModelParameters, PostprocessingParameters, PreprocessingParameters
+from trt_spec.runtime.text import decode, text_delta
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "trt_spec" / "runtime" / "models"
@@ -95,16 +97,23 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
 
 
-LIMITS = dict(max_input_len=32, max_seq_len=48, max_draft_len=4, default_num_draft_tokens=3, vocab_size=4096)
+# initialize() resolves tokenizer_dir against model.py's folder; an absolute one points at the demo tokenizer.
+LIMITS = PreprocessingParameters(
+    tokenizer_dir=str(TOKENIZER_DIR),
+    add_special_tokens=True,
+    max_input_len=32,
+    max_seq_len=48,
+    max_draft_len=4,
+    default_num_draft_tokens=3,
+    vocab_size=4096,
+)
+POSTPROCESSING = PostprocessingParameters(tokenizer_dir=str(TOKENIZER_DIR), loop_model=T.LOOP)
 
 
-def _initialized(module, parameters: dict):
+def _initialized(module, parameters: ModelParameters):
     model = module.TritonPythonModel()
-    version = Path(module.__file__).parent
-    # initialize() resolves tokenizer_dir against model.py's folder; point it at the demo tokenizer.
-    parameters = {**parameters, "tokenizer_dir": str(TOKENIZER_DIR)}
-    assert Path(version / parameters["tokenizer_dir"]) == TOKENIZER_DIR
-    model.initialize({"model_config": json.dumps({"parameters": {k: {"string_value": str(v)} for k, v in parameters.items()}})})
+    assert Path(Path(module.__file__).parent / parameters.tokenizer_dir) == TOKENIZER_DIR
+    model.initialize({"model_config": json.dumps({"parameters": parameters.to_config()})})
     return model
 
 
@@ -154,6 +163,7 @@ def test_preprocessing_stop_words_in_trtllm_format(pre, tokenizer):
         ({"num_draft_tokens": np.array([[-1]], dtype=np.int32)}, "x", "got -1"),
         ({"temperature": np.array([[-0.5]], dtype=np.float32)}, "x", "temperature must be"),
         ({"temperature": np.array([[np.nan]], dtype=np.float32)}, "x", "temperature must be"),
+        ({"temperature": np.array([[np.inf]], dtype=np.float32)}, "x", "temperature must be a finite number"),
         ({"top_p": np.array([[0.0]], dtype=np.float32)}, "x", "top_p must be in (0, 1]"),
         ({"top_p": np.array([[1.5]], dtype=np.float32)}, "x", "top_p must be in (0, 1]"),
         ({"top_k": np.array([[5000]], dtype=np.int32)}, "x", "top_k must be between 0"),
@@ -173,8 +183,12 @@ def test_preprocessing_refuses_bad_requests_with_one_line(pre, extra, text, mess
 
 def test_preprocessing_refuses_batches_and_bad_utf8(pre):
     model = _initialized(pre, LIMITS)
-    batch = _FakeRequest(text_input=np.array([[b"a"], [b"b"]], dtype=object), max_tokens=np.array([[1], [1]], dtype=np.int32))
-    bad_utf8 = _FakeRequest(text_input=np.array([[b"\xff\xfe"]], dtype=object), max_tokens=np.array([[1]], dtype=np.int32))
+    batch = _FakeRequest(
+        text_input=np.array([[b"a"], [b"b"]], dtype=object), max_tokens=np.array([[1], [1]], dtype=np.int32)
+    )
+    bad_utf8 = _FakeRequest(
+        text_input=np.array([[b"\xff\xfe"]], dtype=object), max_tokens=np.array([[1]], dtype=np.int32)
+    )
     first, second = model.execute([batch, bad_utf8])
     assert "one prompt per request" in first.error.message()
     assert "not valid UTF-8" in second.error.message()
@@ -213,47 +227,49 @@ def test_streamed_deltas_concatenate_to_full_decode(post, tokenizer, text, step)
     ids = tokenizer(text)["input_ids"]
     assert any(tokenizer.decode([i]).endswith("\ufffd") for i in ids) or text.isascii()  # splits multi-byte chars
     cuts = list(range(step, len(ids), step)) + [len(ids)]
-    deltas = [post.text_delta(tokenizer, window, context, final) for window, context, final in stream_windows(ids, cuts)]
-    assert "".join(deltas) == post.decode(tokenizer, ids) == text
+    deltas = [text_delta(tokenizer, window, context, final) for window, context, final in stream_windows(ids, cuts)]
+    assert "".join(deltas) == decode(tokenizer, ids) == text
     assert not any("\ufffd" in delta for delta in deltas)  # no half character is ever sent
 
 
 def test_incomplete_character_is_held_back_until_it_completes(post, tokenizer):
     ids = tokenizer("你")["input_ids"]
     assert len(ids) >= 2  # one character, several byte tokens
-    first = post.text_delta(tokenizer, ids[:1], 0, False)
+    first = text_delta(tokenizer, ids[:1], 0, False)
     assert first == ""
-    assert post.text_delta(tokenizer, ids, 1, False) == "你"
+    assert text_delta(tokenizer, ids, 1, False) == "你"
 
 
 def test_final_response_flushes_an_incomplete_tail(post, tokenizer):
     ids = tokenizer("你")["input_ids"][:1]
-    assert post.text_delta(tokenizer, ids, 0, True) == post.decode(tokenizer, ids) == "\ufffd"
+    assert text_delta(tokenizer, ids, 0, True) == decode(tokenizer, ids) == "\ufffd"
 
 
 def test_postprocessing_model_execute(post, tokenizer):
-    model = _initialized(post, {})
+    model = _initialized(post, POSTPROCESSING)
     ids = tokenizer("print('é')")["input_ids"]
     window = np.array([ids], dtype=np.int32)
-    request = _FakeRequest(output_ids=window, num_context_tokens=np.array([[2]], dtype=np.int32),
-                           is_final=np.array([[True]]))
-    broken = _FakeRequest(output_ids=window, num_context_tokens=np.array([[len(ids) + 1]], dtype=np.int32),
-                          is_final=np.array([[True]]))
+    request = _FakeRequest(
+        output_ids=window, num_context_tokens=np.array([[2]], dtype=np.int32), is_final=np.array([[True]])
+    )
+    broken = _FakeRequest(
+        output_ids=window, num_context_tokens=np.array([[len(ids) + 1]], dtype=np.int32), is_final=np.array([[True]])
+    )
     good, bad = model.execute([request, broken])
-    expected = post.decode(tokenizer, ids)[len(post.decode(tokenizer, ids[:2])):]
+    expected = decode(tokenizer, ids)[len(decode(tokenizer, ids[:2])) :]
     assert good.output("text_output").tolist() == [[expected.encode()]]
     assert "num_context_tokens" in bad.error.message() and "\n" not in bad.error.message()
 
 
 def test_model_tensor_names_match_the_generated_configs(pre):
     # The parameters the preprocessing model reads are exactly those its config carries.
-    from trt_spec.spec import load_spec
     from trt_spec.plan import make_plan
+    from trt_spec.spec import load_spec
 
     plan = make_plan(load_spec(ROOT / "examples" / "pystdlib-demo.yaml"))
     config = configs.preprocessing_config(configs.settings_from_plan(plan))
-    parameters = {key: value.string_value for key, value in config.parameters.items()}
-    limits = pre.Limits.from_parameters(parameters)
+    parameters = {key: {"string_value": value.string_value} for key, value in config.parameters.items()}
+    limits = PreprocessingParameters.from_config({"name": config.name, "parameters": parameters})
     assert limits.max_draft_len == plan.spec.num_draft_tokens
     assert limits.max_seq_len == plan.spec.engine.max_seq_len
     assert {i.name for i in config.input} == {t.name for t in T.PREPROCESSING_INPUTS}

@@ -9,26 +9,39 @@ import asyncio
 import numpy as np
 import pytest
 import torch
+from test_twin import PROMPT, early_exit_draft, reference_greedy, tiny_llama
 
 from trt_spec.errors import GenerationParamsError
+from trt_spec.runtime import bls
+from trt_spec.runtime import tensors as T
 from trt_spec.runtime.loop import Generation, GenerationParams
+from trt_spec.runtime.parameters import LoopParameters, ModelParametersError
 from trt_spec.runtime.prefix_cache import PrefixCachePool
 from trt_spec.runtime.sampling import SamplingParams
 from trt_spec.runtime.torch_engine import TorchCausalLM
-from trt_spec.twin import TorchDrafter, TorchVerifier
-from trt_spec.runtime import bls
-from trt_spec.runtime import tensors as T
 from trt_spec.runtime.twin_engine import (
     EngineRequestError,
     TwinEngine,
     sampling_from_inputs,
     stop_sequences_from_list,
 )
-
-from test_twin import PROMPT, early_exit_draft, reference_greedy, tiny_llama
+from trt_spec.twin import TorchDrafter, TorchVerifier
 
 K = 4
 NEW_TOKENS = 20
+
+
+def loop_parameters(
+    max_draft_len: int = K, *, use_draft_logits: bool = False, adaptive_draft: bool = False
+) -> LoopParameters:
+    """The loop model's config parameters, as the repository writes them."""
+    return LoopParameters(
+        target_model=T.TARGET,
+        draft_model=T.DRAFT,
+        max_draft_len=max_draft_len,
+        adaptive_draft=adaptive_draft,
+        use_draft_logits=use_draft_logits,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +75,19 @@ class LocalEngines:
         return {name: array for name, array in result.items() if name in outputs}
 
 
-def loop_inputs(prompt, max_tokens=NEW_TOKENS, k=K, temperature=0.0, top_k=0, top_p=1.0, seed=None,
-                stream=True, end_id=1, stop_words=None, adaptive=None) -> dict[str, np.ndarray]:
+def loop_inputs(
+    prompt,
+    max_tokens=NEW_TOKENS,
+    k=K,
+    temperature=0.0,
+    top_k=0,
+    top_p=1.0,
+    seed=None,
+    stream=True,
+    end_id=1,
+    stop_words=None,
+    adaptive=None,
+) -> dict[str, np.ndarray]:
     """What preprocessing hands the loop model (batch dimension 1)."""
     inputs = {
         "input_ids": np.array([prompt], dtype=np.int32),
@@ -85,7 +109,8 @@ def loop_inputs(prompt, max_tokens=NEW_TOKENS, k=K, temperature=0.0, top_k=0, to
     return inputs
 
 
-def run(engines, inputs, settings=bls.LoopSettings(max_draft_len=K), **kwargs):
+def run(engines, inputs, settings: LoopParameters | None = None, **kwargs):
+    settings = settings or loop_parameters()
     request = bls.read_loop_request(inputs, settings)
     return asyncio.run(bls.run_loop(request, settings, engines, **kwargs))
 
@@ -107,8 +132,11 @@ def engine_request(prompt, output_len, **extra) -> dict[str, np.ndarray]:
 def test_draft_engine_returns_k_greedy_tokens_and_their_logits(models):
     _, draft = twin_engines(models)
     expected, expected_logits = reference_greedy(models[1], PROMPT, K)
-    outputs = draft.execute(engine_request(PROMPT, K, runtime_top_k=np.array([[1]], dtype=np.int32),
-                                           return_generation_logits=np.array([[True]])))
+    outputs = draft.execute(
+        engine_request(
+            PROMPT, K, runtime_top_k=np.array([[1]], dtype=np.int32), return_generation_logits=np.array([[True]])
+        )
+    )
     assert outputs["output_ids"].shape == (1, 1, K) and outputs["output_ids"].dtype == np.int32
     assert outputs["output_ids"][0, 0].tolist() == expected
     assert outputs["sequence_length"].tolist() == [[K]]
@@ -144,15 +172,24 @@ def test_target_verifies_all_drafts_in_one_forward_pass(models):
 
 def test_target_sampling_with_and_without_draft_logits_is_reproducible(models):
     target, draft = twin_engines(models)
-    sampling = {"temperature": np.array([[1.0]], dtype=np.float32), "runtime_top_k": np.array([[0]], dtype=np.int32),
-                "runtime_top_p": np.array([[1.0]], dtype=np.float32)}
-    proposal = draft.execute(engine_request(PROMPT, K, seed=np.array([[5]], dtype=np.uint64),
-                                            return_generation_logits=np.array([[True]]), **sampling))
+    sampling = {
+        "temperature": np.array([[1.0]], dtype=np.float32),
+        "runtime_top_k": np.array([[0]], dtype=np.int32),
+        "runtime_top_p": np.array([[1.0]], dtype=np.float32),
+    }
+    proposal = draft.execute(
+        engine_request(
+            PROMPT, K, seed=np.array([[5]], dtype=np.uint64), return_generation_logits=np.array([[True]]), **sampling
+        )
+    )
     drafts = proposal["output_ids"][0]  # [1, K]
     for extra in ({"draft_logits": proposal["generation_logits"][0]}, {}):
         answers = [
-            target.execute(engine_request(PROMPT, K + 1, draft_input_ids=drafts, seed=np.array([[seed]], dtype=np.uint64),
-                                          **sampling, **extra))["output_ids"][0, 0].tolist()
+            target.execute(
+                engine_request(
+                    PROMPT, K + 1, draft_input_ids=drafts, seed=np.array([[seed]], dtype=np.uint64), **sampling, **extra
+                )
+            )["output_ids"][0, 0].tolist()
             for seed in (11, 11, 12, 13, 14)
         ]
         assert answers[0] == answers[1]
@@ -163,13 +200,29 @@ def test_target_sampling_with_and_without_draft_logits_is_reproducible(models):
 def test_engine_refuses_bad_requests_with_one_line(models):
     target, draft = twin_engines(models)
     cases = [
-        (draft, engine_request(PROMPT, K, draft_input_ids=np.array([[1, 2]], dtype=np.int32)), "takes no draft_input_ids"),
-        (target, engine_request(PROMPT, K + 2, draft_input_ids=np.array([[1] * (K + 1)], dtype=np.int32)), "max_draft_len"),
+        (
+            draft,
+            engine_request(PROMPT, K, draft_input_ids=np.array([[1, 2]], dtype=np.int32)),
+            "takes no draft_input_ids",
+        ),
+        (
+            target,
+            engine_request(PROMPT, K + 2, draft_input_ids=np.array([[1] * (K + 1)], dtype=np.int32)),
+            "max_draft_len",
+        ),
         (target, engine_request(PROMPT, 0), "request_output_len must be >= 1"),
         (target, engine_request(PROMPT, 200), "max_seq_len 120"),
         (target, engine_request(PROMPT, 2, beam_width=np.array([[2]], dtype=np.int32)), "beam_width"),
-        (target, engine_request(PROMPT, 2, draft_input_ids=np.array([[1, 2]], dtype=np.int32),
-                                draft_logits=np.zeros((1, 3, 64), dtype=np.float32)), "draft_logits must be [2, vocab]"),
+        (
+            target,
+            engine_request(
+                PROMPT,
+                2,
+                draft_input_ids=np.array([[1, 2]], dtype=np.int32),
+                draft_logits=np.zeros((1, 3, 64), dtype=np.float32),
+            ),
+            "draft_logits must be [2, vocab]",
+        ),
     ]
     for engine, inputs, message in cases:
         with pytest.raises(EngineRequestError, match=message.replace("[", r"\[").replace("]", r"\]")) as caught:
@@ -181,10 +234,14 @@ def test_sampling_inputs_follow_tensorrt_llm_defaults():
     assert sampling_from_inputs({}).greedy  # nothing sent: TensorRT-LLM decodes greedily
     assert sampling_from_inputs({"runtime_top_k": np.array([[1]])}).greedy
     assert sampling_from_inputs({"temperature": np.array([[0.0]])}).greedy
-    assert sampling_from_inputs({"temperature": np.array([[0.7]]), "runtime_top_p": np.array([[0.0]])}) == SamplingParams(0.7, 0, 1.0)
+    assert sampling_from_inputs(
+        {"temperature": np.array([[0.7]]), "runtime_top_p": np.array([[0.0]])}
+    ) == SamplingParams(0.7, 0, 1.0)
     assert sampling_from_inputs({"runtime_top_k": np.array([[5]])}) == SamplingParams(1.0, 5, 1.0)
     with pytest.raises(EngineRequestError, match="top_p"):
         sampling_from_inputs({"temperature": np.array([[1.0]]), "runtime_top_p": np.array([[1.5]])})
+    with pytest.raises(EngineRequestError, match="temperature must be a finite number"):  # SamplingParams' check
+        sampling_from_inputs({"temperature": np.array([[np.inf]])})
 
 
 def test_stop_words_list_format():
@@ -227,8 +284,12 @@ def test_forked_engines_share_weights_and_keep_their_own_caches(models, runner):
     assert twin.cached_tokens == PROMPT[:5]
     with torch.inference_mode():
         other = [1, 2, 3]
-        assert torch.allclose(twin.logits(PROMPT[:5] + other, 3), models[0](torch.tensor([PROMPT[:5] + other])).logits[0, -3:], atol=1e-4)
-        assert torch.allclose(engine.logits(PROMPT + [4], 1), models[0](torch.tensor([PROMPT + [4]])).logits[0, -1:], atol=1e-4)
+        assert torch.allclose(
+            twin.logits(PROMPT[:5] + other, 3), models[0](torch.tensor([PROMPT[:5] + other])).logits[0, -3:], atol=1e-4
+        )
+        assert torch.allclose(
+            engine.logits(PROMPT + [4], 1), models[0](torch.tensor([PROMPT + [4]])).logits[0, -1:], atol=1e-4
+        )
 
 
 # --- the async driver over the engine models ------------------------------------------------------
@@ -247,8 +308,7 @@ def test_async_driver_equals_the_in_process_loop_at_temperature_zero(models, k):
     expected = reference.run()
     engines = LocalEngines(*twin_engines(models))
     streamed = []
-    state = run(engines, loop_inputs(PROMPT, k=k, end_id=-1),
-                on_tokens=lambda current, new: streamed.append(list(new)))
+    state = run(engines, loop_inputs(PROMPT, k=k, end_id=-1), on_tokens=lambda current, new: streamed.append(list(new)))
     assert state.output == expected and sum(streamed, []) == expected
     assert state.stats.target_calls == reference.stats.target_calls
     assert state.stats.accepted_tokens == reference.stats.accepted_tokens
@@ -261,10 +321,11 @@ def test_async_driver_equals_the_in_process_loop_at_temperature_zero(models, k):
 
 def test_concurrent_requests_interleave_and_get_their_own_output(models):
     prompts = [PROMPT, PROMPT[:5], [9, 8, 7, 6, 5], PROMPT[::-1], [3] * 6, PROMPT[2:]]
-    expected = [in_process(models, p, GenerationParams(max_new_tokens=NEW_TOKENS, num_draft_tokens=3)).run()
-                for p in prompts]
+    expected = [
+        in_process(models, p, GenerationParams(max_new_tokens=NEW_TOKENS, num_draft_tokens=3)).run() for p in prompts
+    ]
     engines = LocalEngines(*twin_engines(models, cache_slots=3))  # fewer caches than requests: still exact
-    settings = bls.LoopSettings(max_draft_len=K)
+    settings = loop_parameters()
 
     async def all_requests():
         requests = [bls.read_loop_request(loop_inputs(p, k=3, end_id=-1), settings) for p in prompts]
@@ -277,7 +338,7 @@ def test_concurrent_requests_interleave_and_get_their_own_output(models):
 
 
 def test_sampled_requests_are_reproducible_with_a_seed_and_fresh_without(models):
-    settings = bls.LoopSettings(max_draft_len=K, probabilistic=True)
+    settings = loop_parameters(use_draft_logits=True)
     outputs = {}
     for name, seed in (("a", 7), ("b", 7), ("c", 8), ("u1", None), ("u2", None)):
         engines = LocalEngines(*twin_engines(models))
@@ -295,8 +356,12 @@ def test_cancellation_stops_before_the_next_engine_call(models):
     engines = LocalEngines(*twin_engines(models))
     steps = []
     with pytest.raises(bls.Cancelled):
-        run(engines, loop_inputs(PROMPT, end_id=-1), on_tokens=lambda state, new: steps.append(new),
-            is_cancelled=lambda: len(steps) >= 2)
+        run(
+            engines,
+            loop_inputs(PROMPT, end_id=-1),
+            on_tokens=lambda state, new: steps.append(new),
+            is_cancelled=lambda: len(steps) >= 2,
+        )
     assert len(steps) == 2 and len(engines.calls) == 4  # two iterations of draft + target, nothing after
 
 
@@ -315,7 +380,11 @@ def test_a_draft_returning_fewer_tokens_than_asked(models):
     assert state.output == expected
     assert len(state.stats.drafted_by_position) == 1  # never more than one draft per step
     assert state.stats.drafted_tokens >= state.stats.target_calls - 1  # (the last step may have no room)
-    verified = [inputs["draft_input_ids"].shape for model, inputs in engines.calls if model == T.TARGET and "draft_input_ids" in inputs]
+    verified = [
+        inputs["draft_input_ids"].shape
+        for model, inputs in engines.calls
+        if model == T.TARGET and "draft_input_ids" in inputs
+    ]
     assert verified and set(verified) == {(1, 1)}
 
 
@@ -337,7 +406,7 @@ def test_an_engine_failure_and_bad_parameters_raise_one_line(models):
     with pytest.raises(bls.EngineCallError, match="tensorrt_llm: input .* exceeds the engine's max_seq_len"):
         run(LocalEngines(target, draft), loop_inputs(PROMPT, end_id=-1))
     with pytest.raises(GenerationParamsError, match="max_draft_len 4; got 5"):
-        bls.read_loop_request(loop_inputs(PROMPT, k=5), bls.LoopSettings(max_draft_len=K))
+        bls.read_loop_request(loop_inputs(PROMPT, k=5), loop_parameters())
 
 
 def test_response_windows_follow_the_protocol():
@@ -349,10 +418,20 @@ def test_response_windows_follow_the_protocol():
     assert windows.next(output) == (output[start:], 20 - start)
 
 
-def test_loop_settings_from_the_config_parameters():
-    settings = bls.LoopSettings.from_parameters({"max_draft_len": "6", "acceptance": "greedy", "use_draft_logits": "true",
-                                                  "adaptive_draft": "true"})
-    assert settings == bls.LoopSettings(max_draft_len=6, probabilistic=True, adaptive_draft=True)
-    # Without use_draft_logits (an older repository), the spec's acceptance decides.
-    assert bls.LoopSettings.from_parameters({"max_draft_len": "4", "acceptance": "probabilistic"}).probabilistic
-    assert not bls.LoopSettings.from_parameters({"max_draft_len": "4", "acceptance": "greedy"}).probabilistic
+def test_loop_parameters_from_the_config():
+    given = {
+        "target_model": T.TARGET,
+        "draft_model": T.DRAFT,
+        "max_draft_len": "6",
+        "use_draft_logits": "true",
+        "adaptive_draft": "true",
+    }
+    config = {"name": T.LOOP, "parameters": {key: {"string_value": value} for key, value in given.items()}}
+    settings = LoopParameters.from_config(config)
+    assert settings == loop_parameters(6, use_draft_logits=True, adaptive_draft=True)
+    # An older repository's parameters (acceptance, no use_draft_logits) fail at load, naming the keys and the fix.
+    del config["parameters"]["use_draft_logits"]
+    config["parameters"]["acceptance"] = {"string_value": "probabilistic"}
+    expected = r"tensorrt_llm_bls: .*'use_draft_logits'.*'acceptance'.*trt-spec repo"
+    with pytest.raises(ModelParametersError, match=expected):
+        LoopParameters.from_config(config)

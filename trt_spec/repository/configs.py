@@ -3,7 +3,9 @@
 As PyTriton does it: the dict is parsed by ``google.protobuf.json_format`` into
 ``tritonclient.grpc.model_config_pb2.ModelConfig``, so a misspelled field or a bad enum fails here,
 when the repository is generated, not when a server loads it; ``text_format`` writes the file.
-Tensor names, dtypes and shapes come from :mod:`trt_spec.runtime.tensors` only.
+Tensor names, dtypes and shapes come from :mod:`trt_spec.runtime.tensors` only, and every model's
+parameters from its typed class in :mod:`trt_spec.runtime.parameters` (the python models read
+them back through the same classes).
 
 Every limit comes from one :class:`RepositorySettings`, made from the plan
 (:func:`settings_from_plan`) and, when engines are built, cross-checked against their
@@ -25,6 +27,14 @@ from trt_spec.errors import EngineMismatchError, RepositoryError
 from trt_spec.layout import engine_dir
 from trt_spec.plan import Plan
 from trt_spec.runtime import tensors as T
+from trt_spec.runtime.parameters import (
+    LoopParameters,
+    ModelParameters,
+    PostprocessingParameters,
+    PreprocessingParameters,
+    TensorrtLlmParameters,
+    TorchEngineParameters,
+)
 
 ModelConfig = model_config_pb2.ModelConfig
 
@@ -160,7 +170,9 @@ def read_engine_config(directory: Path) -> dict | None:
     except FileNotFoundError:
         return None
     except (OSError, json.JSONDecodeError) as exc:
-        raise RepositoryError(f"cannot read the engine config {path}: {exc}; rebuild with `trt-spec build --spec F --force`") from None
+        raise RepositoryError(
+            f"cannot read the engine config {path}: {exc}; rebuild with `trt-spec build --spec F --force`"
+        ) from None
 
 
 def check_engines(plan: Plan, settings: RepositorySettings) -> list[str]:
@@ -186,17 +198,32 @@ def check_engines(plan: Plan, settings: RepositorySettings) -> list[str]:
             raise EngineMismatchError(
                 f"{role} engine in {directory} has {key} = {engine_value!r} but the spec's {spec_key} "
                 f"asks for {spec_value!r}; {fix}",
-                role=role, key=key, engine_value=engine_value, spec_value=spec_value,
+                role=role,
+                key=key,
+                engine_value=engine_value,
+                spec_value=spec_value,
             )
 
         if build.get("max_batch_size") != settings.max_batch_size:
-            refuse("build_config.max_batch_size", build.get("max_batch_size"), settings.max_batch_size, "engine.max_batch_size")
+            refuse(
+                "build_config.max_batch_size",
+                build.get("max_batch_size"),
+                settings.max_batch_size,
+                "engine.max_batch_size",
+            )
         if (build.get("max_input_len") or 0) < settings.max_input_len:
-            refuse("build_config.max_input_len", build.get("max_input_len"), settings.max_input_len, "engine.max_input_len")
+            refuse(
+                "build_config.max_input_len", build.get("max_input_len"), settings.max_input_len, "engine.max_input_len"
+            )
         if (build.get("max_seq_len") or 0) < settings.max_seq_len:
             refuse("build_config.max_seq_len", build.get("max_seq_len"), settings.max_seq_len, "engine.max_seq_len")
         if role == "target" and (build.get("max_draft_len") or 0) < settings.max_draft_len:
-            refuse("build_config.max_draft_len", build.get("max_draft_len"), settings.max_draft_len, "speculative.num_draft_tokens")
+            refuse(
+                "build_config.max_draft_len",
+                build.get("max_draft_len"),
+                settings.max_draft_len,
+                "speculative.num_draft_tokens",
+            )
         if settings.acceptance == "probabilistic" and not _gathers_generation_logits(build):
             refuse("build_config.gather_generation_logits", False, True, "speculative.acceptance: probabilistic")
         vocab[role] = pretrained.get("vocab_size")
@@ -225,13 +252,6 @@ def _io(tensor: T.Tensor) -> dict:
     return entry
 
 
-def _parameters(values: dict[str, object]) -> dict:
-    def text(value: object) -> str:
-        return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-    return {key: {"string_value": text(value)} for key, value in values.items()}
-
-
 def to_model_config(config: dict) -> ModelConfig:
     """Parse a config dict into Triton's ``ModelConfig``.
 
@@ -244,8 +264,16 @@ def to_model_config(config: dict) -> ModelConfig:
         raise RepositoryError(f"model config {config.get('name')!r} does not validate: {exc}") from None
 
 
-def _python_model(name: str, settings: RepositorySettings, inputs, outputs, parameters: dict,
-                  *, decoupled: bool = False, instances: int = 1) -> ModelConfig:
+def _python_model(
+    name: str,
+    settings: RepositorySettings,
+    inputs: tuple[T.Tensor, ...],
+    outputs: tuple[T.Tensor, ...],
+    parameters: ModelParameters,
+    *,
+    decoupled: bool = False,
+    instances: int = 1,
+) -> ModelConfig:
     config = {
         "name": name,
         "backend": "python",
@@ -253,7 +281,7 @@ def _python_model(name: str, settings: RepositorySettings, inputs, outputs, para
         "input": [_io(t) for t in inputs],
         "output": [_io(t) for t in outputs],
         "instance_group": [{"count": instances, "kind": "KIND_CPU"}],
-        "parameters": _parameters(parameters),
+        "parameters": parameters.to_config(),
     }
     if decoupled:
         config["model_transaction_policy"] = {"decoupled": True}
@@ -264,38 +292,52 @@ def _python_model(name: str, settings: RepositorySettings, inputs, outputs, para
 
 
 def preprocessing_config(settings: RepositorySettings) -> ModelConfig:
-    return _python_model(T.PREPROCESSING, settings, T.PREPROCESSING_INPUTS, T.PREPROCESSING_OUTPUTS, {
-        "tokenizer_dir": TOKENIZER_SUBDIR,
-        "add_special_tokens": True,
-        "max_input_len": settings.max_input_len,
-        "max_seq_len": settings.max_seq_len,
-        "max_draft_len": settings.max_draft_len,
-        "default_num_draft_tokens": settings.default_num_draft_tokens,
-        "vocab_size": settings.vocab_size,
-    })
+    return _python_model(
+        T.PREPROCESSING,
+        settings,
+        T.PREPROCESSING_INPUTS,
+        T.PREPROCESSING_OUTPUTS,
+        PreprocessingParameters(
+            tokenizer_dir=TOKENIZER_SUBDIR,
+            add_special_tokens=True,
+            max_input_len=settings.max_input_len,
+            max_seq_len=settings.max_seq_len,
+            max_draft_len=settings.max_draft_len,
+            default_num_draft_tokens=settings.default_num_draft_tokens,
+            vocab_size=settings.vocab_size,
+        ),
+    )
 
 
 def postprocessing_config(settings: RepositorySettings) -> ModelConfig:
-    return _python_model(T.POSTPROCESSING, settings, T.POSTPROCESSING_INPUTS, T.POSTPROCESSING_OUTPUTS, {
-        "tokenizer_dir": TOKENIZER_SUBDIR,
-        "loop_model": T.LOOP,  # where a client's cancellation is relayed (tensors.py)
-    })
+    return _python_model(
+        T.POSTPROCESSING,
+        settings,
+        T.POSTPROCESSING_INPUTS,
+        T.POSTPROCESSING_OUTPUTS,
+        PostprocessingParameters(tokenizer_dir=TOKENIZER_SUBDIR, loop_model=T.LOOP),
+    )
 
 
 def loop_config(settings: RepositorySettings) -> ModelConfig:
     """The draft -> verify loop: python, decoupled (it streams each iteration's tokens)."""
-    return _python_model(T.LOOP, settings, T.LOOP_INPUTS, T.LOOP_OUTPUTS, {
-        "target_model": T.TARGET,
-        "draft_model": T.DRAFT,
-        "max_draft_len": settings.max_draft_len,
-        "acceptance": settings.acceptance,
-        "detokenize_context_tokens": T.DETOKENIZE_CONTEXT_TOKENS,
-        "adaptive_draft": settings.adaptive_draft,
-        # Sampled requests verify with the draft's logits when the engines can return them:
-        # TensorRT-LLM engines only when built for probabilistic acceptance (they gather generation
-        # logits), the PyTorch twin always. Otherwise the target matches tokens (also exact).
-        "use_draft_logits": settings.acceptance == "probabilistic" or settings.flavor == "torch",
-    }, decoupled=True)
+    return _python_model(
+        T.LOOP,
+        settings,
+        T.LOOP_INPUTS,
+        T.LOOP_OUTPUTS,
+        LoopParameters(
+            target_model=T.TARGET,
+            draft_model=T.DRAFT,
+            max_draft_len=settings.max_draft_len,
+            adaptive_draft=settings.adaptive_draft,
+            # Sampled requests verify with the draft's logits when the engines can return them:
+            # TensorRT-LLM engines only when built for probabilistic acceptance (they gather generation
+            # logits), the PyTorch twin always. Otherwise the target matches tokens (also exact).
+            use_draft_logits=settings.acceptance == "probabilistic" or settings.flavor == "torch",
+        ),
+        decoupled=True,
+    )
 
 
 def gpu_device_ids(tp_size: int) -> str:
@@ -312,14 +354,19 @@ def engine_config(settings: RepositorySettings, role: str) -> ModelConfig:
     name = T.TARGET if role == "target" else T.DRAFT
     inputs = T.TARGET_INPUTS if role == "target" else T.DRAFT_ENGINE_INPUTS
     if settings.flavor == "torch":
-        return _python_model(name, settings, inputs, T.ENGINE_OUTPUTS, {
-            "role": role,
-            "hf_model_dir": engine.hf_model_dir or "",
-            "max_seq_len": settings.max_seq_len + (settings.max_draft_len if role == "target" else 0),
-            "max_draft_len": settings.max_draft_len if role == "target" else 0,
-            "max_tokens_in_paged_kv_cache": engine.kv_tokens,
-            "torch_threads": settings.torch_threads,
-        })
+        return _python_model(
+            name,
+            settings,
+            inputs,
+            T.ENGINE_OUTPUTS,
+            TorchEngineParameters(
+                role=role,
+                hf_model_dir=engine.hf_model_dir or "",
+                max_seq_len=settings.max_seq_len + (settings.max_draft_len if role == "target" else 0),
+                max_draft_len=settings.max_draft_len if role == "target" else 0,
+                torch_threads=settings.torch_threads,
+            ),
+        )
     config = {
         "name": name,
         "backend": "tensorrtllm",
@@ -332,27 +379,28 @@ def engine_config(settings: RepositorySettings, role: str) -> ModelConfig:
         "output": [_io(t) for t in T.ENGINE_OUTPUTS],
         # The backend drives its GPUs itself (gpu_device_ids); Triton sees one CPU instance.
         "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
-        "parameters": _parameters({
-            "gpt_model_type": "inflight_fused_batching",
-            "gpt_model_path": engine.engine_dir,
-            "max_beam_width": 1,
-            "batch_scheduler_policy": BATCH_SCHEDULER_POLICY,
-            "max_tokens_in_paged_kv_cache": engine.kv_tokens,
-            "kv_cache_free_gpu_mem_fraction": engine.kv_fraction,
-            "enable_kv_cache_reuse": True,  # the loop resends the prefix every iteration
-            "enable_chunked_context": True,
-            "exclude_input_in_output": True,
-            "gpu_device_ids": gpu_device_ids(engine.tp_size),
+        "parameters": TensorrtLlmParameters(
+            gpt_model_type="inflight_fused_batching",
+            gpt_model_path=engine.engine_dir,
+            max_beam_width=1,
+            batch_scheduler_policy=BATCH_SCHEDULER_POLICY,
+            max_tokens_in_paged_kv_cache=engine.kv_tokens,
+            kv_cache_free_gpu_mem_fraction=engine.kv_fraction,
+            enable_kv_cache_reuse=True,  # the loop resends the prefix every iteration
+            enable_chunked_context=True,
+            exclude_input_in_output=True,
+            gpu_device_ids=gpu_device_ids(engine.tp_size),
             # Needs the workers pre-started by mpirun (participant_ids); trt-spec serve lets the
-            # backend spawn them (trt_spec/triton/trtllm.py), so the logits go through the host.
-            "speculative_decoding_fast_logits": False,
-        }),
+            # backend spawn them (trt_spec/serving/trtllm.py), so the logits go through the host.
+            speculative_decoding_fast_logits=False,
+        ).to_config(),
     }
     return to_model_config(config)
 
 
 def ensemble_config(settings: RepositorySettings) -> ModelConfig:
-    """preprocessing -> tensorrt_llm_bls -> postprocessing (DESIGN.md's client interface)."""
+    """preprocessing -> tensorrt_llm_bls -> postprocessing: the client's interface (the ensemble's
+    inputs and outputs in :mod:`trt_spec.runtime.tensors`)."""
     pre = {t.name: f"_pre_{t.name}" for t in T.PREPROCESSING_OUTPUTS}
     loop_private = {t.name: f"_loop_{t.name}" for t in T.POSTPROCESSING_INPUTS}
     steps = [
@@ -375,14 +423,16 @@ def ensemble_config(settings: RepositorySettings) -> ModelConfig:
             "output_map": {T.TEXT_OUTPUT.name: T.TEXT_OUTPUT.name},
         },
     ]
-    return to_model_config({
-        "name": T.ENSEMBLE,
-        "platform": "ensemble",
-        "max_batch_size": settings.max_batch_size,
-        "input": [_io(t) for t in T.ENSEMBLE_INPUTS],
-        "output": [_io(t) for t in T.ENSEMBLE_OUTPUTS],
-        "ensemble_scheduling": {"step": steps},
-    })
+    return to_model_config(
+        {
+            "name": T.ENSEMBLE,
+            "platform": "ensemble",
+            "max_batch_size": settings.max_batch_size,
+            "input": [_io(t) for t in T.ENSEMBLE_INPUTS],
+            "output": [_io(t) for t in T.ENSEMBLE_OUTPUTS],
+            "ensemble_scheduling": {"step": steps},
+        }
+    )
 
 
 def all_configs(settings: RepositorySettings) -> dict[str, ModelConfig]:

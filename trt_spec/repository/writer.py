@@ -20,9 +20,9 @@ from trt_spec import atomic, runtime
 from trt_spec.errors import RepositoryError
 from trt_spec.layout import model_repo_dir
 from trt_spec.plan import Plan, make_plan
-from trt_spec.spec import Spec
 from trt_spec.repository import configs
 from trt_spec.runtime import tensors as T
+from trt_spec.spec import Spec
 
 RUNTIME_DIR = Path(runtime.__file__).resolve().parent  # trt_spec/runtime/
 MODELS_SOURCE_DIR = RUNTIME_DIR / "models"
@@ -36,8 +36,15 @@ RUNTIME_COPY_IGNORE = ("__pycache__", "*.pyc", "models")
 SHARED_SOURCES = {(T.TARGET, "torch"): "torch_engine", (T.DRAFT, "torch"): "torch_engine"}
 # What AutoTokenizer may read; whichever of these the checkpoint has is copied.
 TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-    "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "chat_template.jinja",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "chat_template.jinja",
 )
 TOKENIZER_MODELS = (T.PREPROCESSING, T.POSTPROCESSING)
 # The project's model_repo/ keeps a README.md (tracked, so the folder exists); it is carried over.
@@ -101,14 +108,20 @@ def write_repository(
 
         hf_dirs["draft"] = str(local_snapshot(spec, "draft").path)
     settings = configs.settings_from_plan(
-        plan, flavor=flavor, engines_mount=engines_mount, hf_model_dirs=hf_dirs,
-        adaptive_draft=adaptive_draft, torch_threads=torch_threads,
+        plan,
+        flavor=flavor,
+        engines_mount=engines_mount,
+        hf_model_dirs=hf_dirs,
+        adaptive_draft=adaptive_draft,
+        torch_threads=torch_threads,
     )
     notes = configs.check_engines(plan, settings) if flavor == "tensorrtllm" else []
     model_configs = configs.all_configs(settings)
     tokenizer_files = [tokenizer_source / name for name in TOKENIZER_FILES if (tokenizer_source / name).is_file()]
     if not any(path.name in ("tokenizer.json", "tokenizer.model", "vocab.json") for path in tokenizer_files):
-        raise RepositoryError(f"no tokenizer files (tokenizer.json, tokenizer.model or vocab.json) in {tokenizer_source}")
+        raise RepositoryError(
+            f"no tokenizer files (tokenizer.json, tokenizer.model or vocab.json) in {tokenizer_source}"
+        )
 
     final = Path(out_dir) if out_dir is not None else model_repo_dir(spec)
     final = final.resolve()

@@ -7,8 +7,9 @@ cancellation check; tests drive the same code against in-process engines.
 
 Per iteration: the draft engine is asked for K tokens (``request_output_len`` = K; it may return
 fewer, e.g. after ``end_id``), the target for ``request_output_len`` = len(drafts) + 1 with
-``draft_input_ids`` (and ``draft_logits`` when acceptance is probabilistic and the request
-samples); the target's answer is committed to the state. We never send
+``draft_input_ids`` (and ``draft_logits`` when the loop's ``use_draft_logits`` parameter is set and
+the request samples); the target's answer is committed to the state. The loop model's config
+parameters are :class:`~trt_spec.runtime.parameters.LoopParameters` (``settings`` below). We never send
 ``draft_acceptance_threshold``: a threshold makes acceptance inexact. Each engine call gets its
 own seed derived from the request's (:func:`~trt_spec.runtime.loop.call_seed`); a request
 without a seed gets a fresh random one.
@@ -24,9 +25,10 @@ from typing import Protocol
 
 import numpy as np
 
+from trt_spec.runtime import tensors as T
 from trt_spec.runtime.errors import GenerationParamsError
 from trt_spec.runtime.loop import GenerationParams, LoopState, call_seed
-from trt_spec.runtime import tensors as T
+from trt_spec.runtime.parameters import LoopParameters
 
 _SEED_BITS = 63
 
@@ -36,35 +38,14 @@ class EngineCallError(RuntimeError):
 
 
 class EngineClient(Protocol):
-    async def infer(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
+    async def infer(
+        self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str]
+    ) -> dict[str, np.ndarray]:
         """Run one request on ``model``; the requested outputs by name (absent ones missing).
 
         Raises:
             EngineCallError: the model answered with an error.
         """
-
-
-@dataclass(frozen=True)
-class LoopSettings:
-    """The loop model's configuration (its config.pbtxt parameters)."""
-
-    target_model: str = T.TARGET
-    draft_model: str = T.DRAFT
-    max_draft_len: int = 4
-    probabilistic: bool = False  # sampled requests verify with draft logits (rejection sampling)
-    adaptive_draft: bool = False  # the default when a request does not say
-
-    @classmethod
-    def from_parameters(cls, parameters: Mapping[str, str]) -> LoopSettings:
-        return cls(
-            target_model=parameters.get("target_model", T.TARGET),
-            draft_model=parameters.get("draft_model", T.DRAFT),
-            max_draft_len=int(parameters["max_draft_len"]),
-            probabilistic=parameters.get(
-                "use_draft_logits", "true" if parameters.get("acceptance") == "probabilistic" else "false"
-            ) == "true",
-            adaptive_draft=parameters.get("adaptive_draft", "false") == "true",
-        )
 
 
 @dataclass(frozen=True)
@@ -78,13 +59,14 @@ class LoopRequest:
     stream: bool
 
 
-def _value(inputs: Mapping[str, np.ndarray], name: str):
+def _value(inputs: Mapping[str, np.ndarray], name: str) -> bool | int | float | None:
     array = inputs.get(name)
     return None if array is None else array.reshape(-1)[0].item()
 
 
-def read_loop_request(inputs: Mapping[str, np.ndarray], settings: LoopSettings) -> LoopRequest:
-    """The loop model's inputs (each ``[1, ...]``) -> a :class:`LoopRequest`.
+def read_loop_request(inputs: Mapping[str, np.ndarray], settings: LoopParameters) -> LoopRequest:
+    """The loop model's inputs (each ``[1, ...]``) -> a :class:`LoopRequest`; ``settings``: the
+    loop model's config parameters.
 
     Raises:
         GenerationParamsError: a value the loop cannot run with (preprocessing checks the rest).
@@ -93,9 +75,9 @@ def read_loop_request(inputs: Mapping[str, np.ndarray], settings: LoopSettings) 
     if missing:
         raise GenerationParamsError(f"the loop model needs {', '.join(missing)} (preprocessing's outputs)")
     input_ids = inputs[T.INPUT_IDS.name].reshape(-1)
-    length = int(_value(inputs, "input_lengths"))
-    end_id = int(_value(inputs, "end_id"))
-    num_draft_tokens = int(_value(inputs, "num_draft_tokens"))
+    length = int(_value(inputs, T.INPUT_LENGTHS.name))
+    end_id = int(_value(inputs, T.END_ID.name))
+    num_draft_tokens = int(_value(inputs, T.NUM_DRAFT_TOKENS.name))
     if num_draft_tokens > settings.max_draft_len:
         raise GenerationParamsError(
             f"num_draft_tokens must be at most the target engine's max_draft_len {settings.max_draft_len}; "
@@ -103,12 +85,12 @@ def read_loop_request(inputs: Mapping[str, np.ndarray], settings: LoopSettings) 
         )
     adaptive = _value(inputs, T.ADAPTIVE_DRAFT.name)
     adaptive = settings.adaptive_draft if adaptive is None else bool(adaptive)
-    stop_words = inputs.get("stop_words_list")
+    stop_words = inputs.get(T.STOP_WORDS_LIST.name)
     params = GenerationParams(
-        max_new_tokens=int(_value(inputs, "request_output_len")),
-        temperature=float(_value(inputs, "temperature")),
-        top_k=int(_value(inputs, "runtime_top_k")),
-        top_p=float(_value(inputs, "runtime_top_p")),
+        max_new_tokens=int(_value(inputs, T.REQUEST_OUTPUT_LEN.name)),
+        temperature=float(_value(inputs, T.ENGINE_TEMPERATURE.name)),
+        top_k=int(_value(inputs, T.RUNTIME_TOP_K.name)),
+        top_p=float(_value(inputs, T.RUNTIME_TOP_P.name)),
         num_draft_tokens=num_draft_tokens,
         adaptive_draft=adaptive and num_draft_tokens > 0,
         eos_token_ids=frozenset({end_id}),
@@ -120,7 +102,7 @@ def read_loop_request(inputs: Mapping[str, np.ndarray], settings: LoopSettings) 
         params=params,
         end_id=end_id,
         seed=random.SystemRandom().getrandbits(_SEED_BITS) if seed is None else int(seed),
-        stream=bool(_value(inputs, "streaming")),
+        stream=bool(_value(inputs, T.STREAMING.name)),
     )
 
 
@@ -205,7 +187,7 @@ def new_state(request: LoopRequest) -> LoopState:
 
 async def run_loop(
     request: LoopRequest,
-    settings: LoopSettings,
+    settings: LoopParameters,
     engines: EngineClient,
     *,
     state: LoopState | None = None,
@@ -226,7 +208,7 @@ async def run_loop(
     state = state if state is not None else new_state(request)
     times = times if times is not None else LoopTimes()
     greedy = request.params.sampling.greedy
-    want_logits = settings.probabilistic and not greedy
+    want_logits = settings.use_draft_logits and not greedy
 
     def seed_of(call_index: int) -> int:
         return 0 if greedy else call_seed(request.seed, call_index)  # greedy calls send no seed
@@ -243,8 +225,14 @@ async def run_loop(
         if num_draft_tokens > 0:
             outputs = await engines.infer(
                 settings.draft_model,
-                engine_inputs(request, state.sequence, num_draft_tokens, seed_of(call_index),
-                              return_logits=want_logits, end_id=True),
+                engine_inputs(
+                    request,
+                    state.sequence,
+                    num_draft_tokens,
+                    seed_of(call_index),
+                    return_logits=want_logits,
+                    end_id=True,
+                ),
                 _requested(want_logits),
             )
             draft_tokens = output_tokens(outputs, settings.draft_model)[:num_draft_tokens]
@@ -254,14 +242,21 @@ async def run_loop(
         drafted = clock()
         outputs = await engines.infer(
             settings.target_model,
-            engine_inputs(request, state.sequence, len(draft_tokens) + 1, seed_of(call_index),
-                          draft_tokens=draft_tokens, draft_logits=draft_logits),
+            engine_inputs(
+                request,
+                state.sequence,
+                len(draft_tokens) + 1,
+                seed_of(call_index),
+                draft_tokens=draft_tokens,
+                draft_logits=draft_logits,
+            ),
             _requested(False),
         )
         call_index += 1
         verified = clock()
-        new_tokens = state.commit(draft_tokens, output_tokens(outputs, settings.target_model),
-                                  drafted - started, verified - drafted)
+        new_tokens = state.commit(
+            draft_tokens, output_tokens(outputs, settings.target_model), drafted - started, verified - drafted
+        )
         if new_tokens and on_tokens is not None:
             sent = on_tokens(state, new_tokens)
             if sent is not None:

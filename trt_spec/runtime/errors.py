@@ -12,3 +12,8 @@ class TrtSpecError(Exception):
 
 class GenerationParamsError(TrtSpecError, ValueError):
     """A generation request has a bad parameter (temperature, top_p, max tokens, K, prompt, ...)."""
+
+
+class ModelParametersError(TrtSpecError, ValueError):
+    """A model's config.pbtxt parameters do not fit its typed definition (names the model, the
+    key and the fix)."""

@@ -1,9 +1,168 @@
-"""The model-config parameters of every python model: one typed definition per model.
+"""The model-config parameters of every model: one typed definition per model.
+
+A config.pbtxt carries a model's parameters as strings
+(``parameters { key: "max_draft_len" value { string_value: "4" } }``). Here each model's
+parameters are one frozen dataclass whose field names are the keys and whose annotations are the
+types. The repository's config builder writes them with :meth:`ModelParameters.to_config`; the
+python models read them back with :meth:`ModelParameters.from_config`, which refuses a missing
+or unknown key, so a renamed parameter fails when the model loads, naming the key, instead of
+falling back to a silent default. :class:`TensorrtLlmParameters` are read by TensorRT-LLM's C++
+backend, never by our code: they are typed here so that they too are written in one place.
 
 Standard library only: this module is loaded inside Triton's python-backend stub.
 """
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, TypeVar
+
+from trt_spec.runtime import tensors as T
+from trt_spec.runtime.errors import ModelParametersError
+
 # The longest draft a spec may ask for (``speculative.num_draft_tokens``) and a request may send.
 MAX_DRAFT_TOKENS = 16
+
+# Keys Triton's python backend itself reads from a model's parameters (a custom execution
+# environment, input tensor placement): a user may add them to any python model; not ours to check.
+PYTHON_BACKEND_KEYS = frozenset({"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"})
+_FIX = "rewrite the repository with `trt-spec repo --spec F` (the trt-spec that wrote it had other parameters)"
+
+P = TypeVar("P", bound="ModelParameters")
+
+
+def _bool_from_text(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(text)
+    return value == "true"
+
+
+_PARSERS: dict[type, Callable[[str], object]] = {str: str, int: int, float: float, bool: _bool_from_text}
+
+
+def _text(value: object) -> str:
+    """A parameter value as config.pbtxt holds it: bools as ``true``/``false``, the rest by ``str``."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+@dataclass(frozen=True)
+class ModelParameters:
+    """Base of every model's parameters: the fields are the config's keys, typed."""
+
+    MODELS: ClassVar[tuple[str, ...]] = ()  # the models whose config carries these parameters
+
+    def to_config(self) -> dict[str, dict[str, str]]:
+        """Triton's form of the parameters, ``{key: {"string_value": text}}``, in field order."""
+        return {field.name: {"string_value": _text(getattr(self, field.name))} for field in fields(self)}
+
+    @classmethod
+    def from_config(cls: type[P], model_config: Mapping[str, Any]) -> P:
+        """The parameters of a model config as Triton hands it to ``initialize`` (the
+        ``json.loads(args["model_config"])`` dict, whose ``parameters`` map each key to
+        ``{"string_value": text}``), each parsed by its field's annotated type.
+
+        Raises:
+            ModelParametersError: a key is missing or unknown, or a value does not parse.
+        """
+        model = model_config.get("name") or " / ".join(cls.MODELS) or cls.__name__
+        given = {
+            key: value
+            for key, value in (model_config.get("parameters") or {}).items()
+            if key not in PYTHON_BACKEND_KEYS
+        }
+        types = typing.get_type_hints(cls)
+        names = [field.name for field in fields(cls)]
+        missing = [name for name in names if name not in given]
+        unknown = sorted(key for key in given if key not in names)
+        if missing or unknown:
+            problems = []
+            if missing:
+                problems.append(f"no parameter {', '.join(repr(name) for name in missing)}")
+            if unknown:
+                problems.append(f"the unknown parameter {', '.join(repr(key) for key in unknown)}")
+            raise ModelParametersError(
+                f"{model}: config.pbtxt has {' and '.join(problems)} ({cls.__name__} takes {', '.join(names)}); {_FIX}"
+            )
+        values = {}
+        for name in names:
+            entry = given[name]
+            # An empty string_value may be left out, as protobuf's JSON leaves out default values.
+            text = entry.get("string_value", "") if isinstance(entry, Mapping) else None
+            kind = types[name]
+            try:
+                if not isinstance(text, str):
+                    raise ValueError(entry)
+                values[name] = _PARSERS[kind](text)
+            except ValueError:
+                raise ModelParametersError(
+                    f"{model}: config.pbtxt parameter {name!r} must be a {kind.__name__} string_value; "
+                    f"got {entry!r}; {_FIX}"
+                ) from None
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class PreprocessingParameters(ModelParameters):
+    MODELS: ClassVar[tuple[str, ...]] = (T.PREPROCESSING,)
+
+    tokenizer_dir: str  # relative to the model's version directory (model.py's folder), or absolute
+    add_special_tokens: bool  # when tokenizing the prompt (e.g. a BOS token)
+    max_input_len: int  # the engines' longest prompt
+    max_seq_len: int  # prompt + max_tokens
+    max_draft_len: int  # K of the target engine: the most num_draft_tokens a request may ask for
+    default_num_draft_tokens: int  # a request's num_draft_tokens when it sends none (the spec's K)
+    vocab_size: int  # the largest top_k
+
+
+@dataclass(frozen=True)
+class PostprocessingParameters(ModelParameters):
+    MODELS: ClassVar[tuple[str, ...]] = (T.POSTPROCESSING,)
+
+    tokenizer_dir: str  # relative to the model's version directory (model.py's folder), or absolute
+    loop_model: str  # where a client's cancellation is relayed (see tensors.py on cancellation)
+
+
+@dataclass(frozen=True)
+class LoopParameters(ModelParameters):
+    MODELS: ClassVar[tuple[str, ...]] = (T.LOOP,)
+
+    target_model: str
+    draft_model: str
+    max_draft_len: int  # K of the target engine: the most drafts one verification takes
+    adaptive_draft: bool  # choose K each step; the default when a request does not send adaptive_draft
+    use_draft_logits: bool  # sampled requests verify with the draft's logits (rejection sampling)
+
+
+@dataclass(frozen=True)
+class TorchEngineParameters(ModelParameters):
+    """The torch flavor's engine models (the PyTorch twin behind TensorRT-LLM's tensors)."""
+
+    MODELS: ClassVar[tuple[str, ...]] = (T.TARGET, T.DRAFT)
+
+    role: str  # "target" | "draft"
+    hf_model_dir: str  # the Hugging Face checkpoint the twin runs
+    max_seq_len: int  # prompt + generated tokens (+ K on the target, as TensorRT-LLM's builder adds)
+    max_draft_len: int  # the most draft_input_ids one request may send (0 on the draft)
+    torch_threads: int  # intra-op threads; 0 = torch's default
+
+
+@dataclass(frozen=True)
+class TensorrtLlmParameters(ModelParameters):
+    """The tensorrtllm flavor's engine models: what TensorRT-LLM 1.2.x's C++ backend reads."""
+
+    MODELS: ClassVar[tuple[str, ...]] = (T.TARGET, T.DRAFT)
+
+    gpt_model_type: str
+    gpt_model_path: str  # the engine directory as the server sees it
+    max_beam_width: int
+    batch_scheduler_policy: str
+    max_tokens_in_paged_kv_cache: int
+    kv_cache_free_gpu_mem_fraction: float
+    enable_kv_cache_reuse: bool
+    enable_chunked_context: bool
+    exclude_input_in_output: bool
+    gpu_device_ids: str  # comma-separated device numbers
+    speculative_decoding_fast_logits: bool

@@ -46,8 +46,11 @@ class SamplingParams:
     top_p: float = NO_TOP_P
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:  # also rejects NaN
-            raise GenerationParamsError(f"temperature must be >= 0 (0 = greedy); got {self.temperature}")
+        # Chained comparisons are false for NaN, so these also refuse NaN and the infinities.
+        if not 0 <= self.temperature < float("inf"):
+            raise GenerationParamsError(
+                f"temperature must be a finite number >= 0 (0 = greedy); got {self.temperature}"
+            )
         if self.top_k < 0:
             raise GenerationParamsError(f"top_k must be >= 0 (0 = no limit); got {self.top_k}")
         if not 0 < self.top_p <= 1:
@@ -172,9 +175,7 @@ def rejection_sample(
     num_drafts = tokens.shape[0]
     _check_target_rows(num_drafts, target)
     if draft.shape != (num_drafts, target.shape[-1]):
-        raise ValueError(
-            f"draft_probs must be [K, V] = [{num_drafts}, {target.shape[-1]}]; got {list(draft.shape)}"
-        )
+        raise ValueError(f"draft_probs must be [K, V] = [{num_drafts}, {target.shape[-1]}]; got {list(draft.shape)}")
 
     positions = torch.arange(num_drafts, device=target.device)
     target_of_draft = target[positions, tokens]  # [K] p_i(x_i)

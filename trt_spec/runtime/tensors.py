@@ -5,7 +5,7 @@ beside each ``model.py``, so a relocated repository needs no ``trt_spec`` instal
 client. Standard library only: it is loaded inside Triton's python-backend stub.
 
 Shapes are per request *without* the batch dimension: every model has ``max_batch_size`` > 0, so
-a client sends a scalar as shape ``[1, 1]`` (DESIGN.md). The engine models keep TensorRT-LLM
+a client sends a scalar as shape ``[1, 1]``. The engine models keep TensorRT-LLM
 1.2.x's own tensor names, dtypes and dims (``triton_backend/inflight_batcher_llm/src/utils.h``
 and the ``tensorrt_llm/config.pbtxt`` template), so the loop model is the same for both flavors;
 their scalars are ``dims: [1]`` with ``reshape: []`` as there.
@@ -37,7 +37,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Model names (TensorRT-LLM's own; DESIGN.md).
+# Model names: TensorRT-LLM's own (its triton_backend's inflight_batcher_llm models; tensorrt_llm_draft
+# as its draft-target recipe names the draft engine), so its clients find the models where they expect.
 PREPROCESSING = "preprocessing"
 POSTPROCESSING = "postprocessing"
 TARGET = "tensorrt_llm"
@@ -105,14 +106,23 @@ class Tensor:
         """The ``data_type`` of a config.pbtxt: BYTES is ``TYPE_STRING`` there."""
         return "TYPE_STRING" if self.dtype == "BYTES" else f"TYPE_{self.dtype}"
 
-    def with_name(self, name: str) -> "Tensor":
+    def with_name(self, name: str) -> Tensor:
         return Tensor(name, self.dtype, self.dims, self.optional, self.scalar_reshape, self.ragged, self.doc)
 
-    def required(self) -> "Tensor":
+    def required(self) -> Tensor:
         return Tensor(self.name, self.dtype, self.dims, False, self.scalar_reshape, self.ragged, self.doc)
 
-    def as_optional(self) -> "Tensor":
+    def as_optional(self) -> Tensor:
         return Tensor(self.name, self.dtype, self.dims, True, self.scalar_reshape, self.ragged, self.doc)
+
+    def as_plain(self) -> Tensor:
+        """This tensor as a python model declares it: same name, dtype and dims, required, neither
+        ragged nor reshaped (an engine scalar's ``dims: [1]`` stays ``[1]``)."""
+        return Tensor(self.name, self.dtype, self.dims)
+
+    def with_dims(self, dims: tuple[int, ...], doc: str = "") -> Tensor:
+        """A plain tensor (see :meth:`as_plain`) of the same name and dtype with other dims."""
+        return Tensor(self.name, self.dtype, dims, doc=doc)
 
 
 def _scalar(name: str, dtype: str, doc: str = "", *, optional: bool = False) -> Tensor:
@@ -127,19 +137,25 @@ def by_name(tensors: tuple[Tensor, ...]) -> dict[str, Tensor]:
     return {tensor.name: tensor for tensor in tensors}
 
 
-# --- ensemble: the client's interface (DESIGN.md) -----------------------------------------------
+# --- ensemble: the client's interface -----------------------------------------------------------
 
 TEXT_INPUT = _scalar("text_input", "BYTES", "the prompt, UTF-8")
 MAX_TOKENS = _scalar("max_tokens", "INT32", "tokens to generate, >= 1")
 TEMPERATURE = _scalar("temperature", "FP32", "absent = 0 (greedy)", optional=True)
 TOP_K = _scalar("top_k", "INT32", "absent or 0 = no top-k", optional=True)
 TOP_P = _scalar("top_p", "FP32", "absent = 1.0", optional=True)
-NUM_DRAFT_TOKENS = _scalar("num_draft_tokens", "INT32", "absent = the spec's K; 0 = plain target decoding", optional=True)
+NUM_DRAFT_TOKENS = _scalar(
+    "num_draft_tokens", "INT32", "absent = the spec's K; 0 = plain target decoding", optional=True
+)
 STREAM = _scalar("stream", "BOOL", "absent = true", optional=True)
 STOP_WORDS = Tensor("stop_words", "BYTES", (-1,), optional=True, doc="strings that end the completion")
 SEED = _scalar("seed", "UINT64", "sampling seed", optional=True)
-ADAPTIVE_DRAFT = _scalar("adaptive_draft", "BOOL", "choose K each step, up to num_draft_tokens; absent = the repository's default",
-                         optional=True)
+ADAPTIVE_DRAFT = _scalar(
+    "adaptive_draft",
+    "BOOL",
+    "choose K each step, up to num_draft_tokens; absent = the repository's default",
+    optional=True,
+)
 
 TEXT_OUTPUT = _scalar("text_output", "BYTES", "new text (streaming) or the whole completion")
 TOTAL_DRAFT_TOKENS = _scalar("total_draft_tokens", "INT32", "running total of drafted tokens")
@@ -148,8 +164,18 @@ ACCEPTANCE_RATE = _scalar("acceptance_rate", "FP32", "accepted / drafted so far"
 NUM_TARGET_CALLS = _scalar("num_target_calls", "INT32", "running total of target engine calls")
 NUM_OUTPUT_TOKENS = _scalar("num_output_tokens", "INT32", "running total of generated tokens")
 
-ENSEMBLE_INPUTS = (TEXT_INPUT, MAX_TOKENS, TEMPERATURE, TOP_K, TOP_P, NUM_DRAFT_TOKENS, STREAM, STOP_WORDS, SEED,
-                   ADAPTIVE_DRAFT)
+ENSEMBLE_INPUTS = (
+    TEXT_INPUT,
+    MAX_TOKENS,
+    TEMPERATURE,
+    TOP_K,
+    TOP_P,
+    NUM_DRAFT_TOKENS,
+    STREAM,
+    STOP_WORDS,
+    SEED,
+    ADAPTIVE_DRAFT,
+)
 # Inputs the ensemble hands to the loop model directly (preprocessing neither needs nor checks them).
 LOOP_DIRECT_INPUTS = (SEED, ADAPTIVE_DRAFT)
 STATS_OUTPUTS = (TOTAL_DRAFT_TOKENS, TOTAL_ACCEPTED_DRAFT_TOKENS, ACCEPTANCE_RATE, NUM_TARGET_CALLS, NUM_OUTPUT_TOKENS)
@@ -183,35 +209,56 @@ KV_CACHE_ALLOC_NEW_BLOCKS = Tensor("kv_cache_alloc_new_blocks", "INT32", (1,))
 KV_CACHE_ALLOC_TOTAL_BLOCKS = Tensor("kv_cache_alloc_total_blocks", "INT32", (1,))
 
 _ENGINE_COMMON_INPUTS = (
-    INPUT_IDS, INPUT_LENGTHS, REQUEST_OUTPUT_LEN, END_ID, PAD_ID, STOP_WORDS_LIST, BEAM_WIDTH,
-    ENGINE_TEMPERATURE, RUNTIME_TOP_K, RUNTIME_TOP_P, ENGINE_SEED, RETURN_GENERATION_LOGITS,
-    RETURN_PERF_METRICS, EXCLUDE_INPUT_IN_OUTPUT, STREAMING,
+    INPUT_IDS,
+    INPUT_LENGTHS,
+    REQUEST_OUTPUT_LEN,
+    END_ID,
+    PAD_ID,
+    STOP_WORDS_LIST,
+    BEAM_WIDTH,
+    ENGINE_TEMPERATURE,
+    RUNTIME_TOP_K,
+    RUNTIME_TOP_P,
+    ENGINE_SEED,
+    RETURN_GENERATION_LOGITS,
+    RETURN_PERF_METRICS,
+    EXCLUDE_INPUT_IN_OUTPUT,
+    STREAMING,
 )
 # The target verifies external draft tokens (TensorRT-LLM's ExternalDraftTokensConfig). We never
 # declare draft_acceptance_threshold: a threshold makes acceptance inexact.
 TARGET_INPUTS = (*_ENGINE_COMMON_INPUTS[:3], DRAFT_INPUT_IDS, DRAFT_LOGITS, *_ENGINE_COMMON_INPUTS[3:])
 DRAFT_ENGINE_INPUTS = _ENGINE_COMMON_INPUTS
 ENGINE_OUTPUTS = (
-    OUTPUT_IDS, SEQUENCE_LENGTH, GENERATION_LOGITS,
-    KV_CACHE_REUSED_BLOCKS, KV_CACHE_ALLOC_NEW_BLOCKS, KV_CACHE_ALLOC_TOTAL_BLOCKS,
+    OUTPUT_IDS,
+    SEQUENCE_LENGTH,
+    GENERATION_LOGITS,
+    KV_CACHE_REUSED_BLOCKS,
+    KV_CACHE_ALLOC_NEW_BLOCKS,
+    KV_CACHE_ALLOC_TOTAL_BLOCKS,
 )
 
 # --- preprocessing: text and parameters in, validated engine-ready tensors out ----------------
 
 PREPROCESSING_INPUTS = (TEXT_INPUT, MAX_TOKENS, TEMPERATURE, TOP_K, TOP_P, NUM_DRAFT_TOKENS, STREAM, STOP_WORDS)
-# Every default is resolved here, so the loop's inputs are all present and already checked.
-PREPROCESSING_OUTPUTS = (
-    Tensor("input_ids", "INT32", (-1,)),
-    _scalar("input_lengths", "INT32"),
-    _scalar("request_output_len", "INT32"),
-    _scalar("end_id", "INT32"),
-    _scalar("pad_id", "INT32"),
-    _scalar("temperature", "FP32"),
-    _scalar("runtime_top_k", "INT32"),
-    _scalar("runtime_top_p", "FP32"),
-    _scalar("num_draft_tokens", "INT32"),
-    _scalar("streaming", "BOOL"),
-    Tensor("stop_words_list", "INT32", (2, -1)),  # TensorRT-LLM's format; no words = [[0], [-1]]
+# Every default is resolved here, so the loop's inputs are all present and already checked. The
+# engine tensors by their TensorRT-LLM names (stop_words_list in its format; no words = [[0], [-1]]),
+# but plain: required, scalars [1], nothing ragged.
+PREPROCESSING_OUTPUTS = tuple(
+    tensor.as_plain()
+    for tensor in (
+        INPUT_IDS,
+        INPUT_LENGTHS,
+        REQUEST_OUTPUT_LEN,
+        END_ID,
+        PAD_ID,
+        ENGINE_TEMPERATURE,
+        RUNTIME_TOP_K,
+        RUNTIME_TOP_P,
+        NUM_DRAFT_TOKENS,
+        STREAMING,
+        STOP_WORDS_LIST,
+    )
 )
 
 # --- the loop model ---------------------------------------------------------------------------
@@ -228,7 +275,7 @@ CANCEL_REQUEST_KEY = _scalar("cancel_request_key", "UINT64", "cancel the running
 LOOP_INPUTS = tuple(t.as_optional() for t in (*PREPROCESSING_OUTPUTS, *LOOP_DIRECT_INPUTS, CANCEL_REQUEST_KEY))
 NUM_CONTEXT_TOKENS = _scalar("num_context_tokens", "INT32", "leading output_ids earlier responses covered")
 IS_FINAL = _scalar("is_final", "BOOL", "the request's last response")
-LOOP_OUTPUT_IDS = Tensor("output_ids", "INT32", (-1,), doc="generated[w:n], see the module docstring")
+LOOP_OUTPUT_IDS = OUTPUT_IDS.with_dims((-1,), doc="generated[w:n], see the module docstring")
 LOOP_OUTPUTS = (LOOP_OUTPUT_IDS, NUM_CONTEXT_TOKENS, IS_FINAL, REQUEST_KEY, *STATS_OUTPUTS)
 
 # --- postprocessing ---------------------------------------------------------------------------

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from trt_spec.runtime import tensors as T
+from trt_spec.runtime.errors import GenerationParamsError
 from trt_spec.runtime.prefix_cache import PrefixCachePool
 from trt_spec.runtime.sampling import (
     SamplingParams,
@@ -41,7 +43,6 @@ from trt_spec.runtime.sampling import (
     token_match_verify,
 )
 from trt_spec.runtime.torch_engine import TorchCausalLM
-from trt_spec.runtime import tensors as T
 
 ROLES = ("target", "draft")
 
@@ -82,7 +83,9 @@ def _row(inputs: Mapping[str, np.ndarray], name: str) -> np.ndarray | None:
     if array is None:
         return None
     if array.ndim == 0 or array.shape[0] != 1:
-        raise EngineRequestError(f"send one sequence per request ({name} of shape [1, ...]); got shape {list(array.shape)}")
+        raise EngineRequestError(
+            f"send one sequence per request ({name} of shape [1, ...]); got shape {list(array.shape)}"
+        )
     return array[0]
 
 
@@ -92,10 +95,11 @@ def stop_sequences_from_list(stop_words_list: np.ndarray | None) -> tuple[tuple[
 
 
 def sampling_from_inputs(inputs: Mapping[str, np.ndarray]) -> SamplingParams:
-    """TensorRT-LLM's sampling inputs -> :class:`SamplingParams` (greedy = temperature 0).
+    """TensorRT-LLM's sampling inputs -> :class:`SamplingParams` (greedy = temperature 0), which
+    checks the values as it does for every other caller.
 
     Raises:
-        EngineRequestError: a value out of range.
+        EngineRequestError: a value out of range (:class:`SamplingParams`' message).
     """
     temperature = _value(inputs, T.ENGINE_TEMPERATURE.name)
     top_k = _value(inputs, T.RUNTIME_TOP_K.name)
@@ -107,7 +111,7 @@ def sampling_from_inputs(inputs: Mapping[str, np.ndarray]) -> SamplingParams:
     top_p = 1.0 if top_p is None or top_p == 0 else float(top_p)
     try:
         return SamplingParams(temperature, top_k, top_p)
-    except ValueError as exc:
+    except GenerationParamsError as exc:
         raise EngineRequestError(str(exc)) from None
 
 
@@ -123,7 +127,9 @@ def read_request(inputs: Mapping[str, np.ndarray], role: str) -> EngineRequest:
     length = _value(inputs, T.INPUT_LENGTHS.name)
     length = input_ids.shape[-1] if length is None else int(length)
     if not 1 <= length <= input_ids.shape[-1]:
-        raise EngineRequestError(f"input_lengths must be in 1..{input_ids.shape[-1]} (the input_ids given); got {length}")
+        raise EngineRequestError(
+            f"input_lengths must be in 1..{input_ids.shape[-1]} (the input_ids given); got {length}"
+        )
     output_len = _value(inputs, T.REQUEST_OUTPUT_LEN.name)
     if output_len is None or output_len < 1:
         raise EngineRequestError(f"request_output_len must be >= 1; got {output_len}")
@@ -209,7 +215,9 @@ class TwinEngine:
 
     # --- the two kinds of call ---------------------------------------------------------------
 
-    def _decode(self, request: EngineRequest, generator: torch.Generator | None) -> tuple[list[int], list[torch.Tensor]]:
+    def _decode(
+        self, request: EngineRequest, generator: torch.Generator | None
+    ) -> tuple[list[int], list[torch.Tensor]]:
         """Up to request_output_len tokens one at a time (a draft, or plain target decoding)."""
         context = list(request.sequence)
         engine = self.pool.engine_for(context)
@@ -229,7 +237,9 @@ class TwinEngine:
                 break
         return tokens, kept_logits
 
-    def _verify(self, request: EngineRequest, generator: torch.Generator | None) -> tuple[list[int], list[torch.Tensor]]:
+    def _verify(
+        self, request: EngineRequest, generator: torch.Generator | None
+    ) -> tuple[list[int], list[torch.Tensor]]:
         """One forward pass over the sequence plus all drafts; accepted drafts plus one token."""
         drafts = request.draft_tokens
         sequence = request.sequence + drafts
@@ -257,7 +267,7 @@ class TwinEngine:
     def _ends(self, tokens: list[int], request: EngineRequest) -> bool:
         if request.end_id is not None and tokens[-1] == request.end_id:
             return True
-        return any(len(tokens) >= len(stop) and tuple(tokens[-len(stop):]) == stop for stop in request.stop_sequences)
+        return any(len(tokens) >= len(stop) and tuple(tokens[-len(stop) :]) == stop for stop in request.stop_sequences)
 
     def _outputs(self, request: EngineRequest, tokens: list[int], logits: list[torch.Tensor]) -> dict[str, np.ndarray]:
         ids = tokens if request.exclude_input_in_output else request.sequence + tokens
@@ -267,5 +277,7 @@ class TwinEngine:
         }
         if request.return_generation_logits:
             rows = torch.stack(logits) if logits else torch.zeros(0, self.vocab_size)
-            outputs[T.GENERATION_LOGITS.name] = rows.reshape(1, 1, len(logits), self.vocab_size).numpy().astype(np.float32)
+            outputs[T.GENERATION_LOGITS.name] = (
+                rows.reshape(1, 1, len(logits), self.vocab_size).numpy().astype(np.float32)
+            )
         return outputs

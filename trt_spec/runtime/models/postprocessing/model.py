@@ -2,15 +2,14 @@
 
 Each loop response reaches this model as its own request. The protocol that makes the streamed
 deltas concatenate to decoding everything at once (multi-byte characters included) is written
-down in ``trt_spec/triton/tensors.py``: the loop resends a window of already-covered tokens
+down in ``trt_spec/runtime/tensors.py``: the loop resends a window of already-covered tokens
 (``num_context_tokens`` of them) before the new ones, and the last, possibly incomplete,
 character is held back until a later response (or ``is_final``) settles it.
 
-Runs inside Triton's python-backend stub: imports numpy, the tokenizer library and the tensor
-definitions of ``trt_spec`` (from the copy the repository writer puts beside this file, else from
-the installed package).
+Runs inside Triton's python-backend stub: imports numpy, the tokenizer library and
+``trt_spec.runtime`` (the copy the repository writer puts beside this file, else the installed
+package); the decoding itself is :func:`trt_spec.runtime.text.text_delta`.
 """
-
 
 import collections
 import sys
@@ -24,40 +23,10 @@ if (_HERE / "trt_spec").is_dir():
     sys.path.insert(0, str(_HERE))
 
 from trt_spec.runtime import tensors as T  # noqa: E402
+from trt_spec.runtime.parameters import PostprocessingParameters  # noqa: E402
+from trt_spec.runtime.text import text_delta  # noqa: E402
 
-REPLACEMENT = "\ufffd"  # what a decoder yields for bytes that are not (yet) a whole character
 RELAYED_KEYS_KEPT = 1024  # cancellations already relayed, remembered so each is sent once
-
-
-def decode(tokenizer, ids) -> str:
-    # No clean-up: it rewrites text already streamed (" ." -> "."), which a stream cannot undo.
-    return tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
-
-
-def settled(text: str) -> str:
-    """``text`` without its last character if that may still change: an incomplete UTF-8
-    sequence decodes to exactly one U+FFFD, and only the last one can become something else."""
-    return text[:-1] if text.endswith(REPLACEMENT) else text
-
-
-def text_delta(tokenizer, window_ids, num_context_tokens: int, is_final: bool) -> str:
-    """The new text of one response: ``window_ids[num_context_tokens:]`` are new tokens, the
-    ones before them were covered by earlier responses."""
-    if not 0 <= num_context_tokens <= len(window_ids):
-        raise ValueError(f"num_context_tokens {num_context_tokens} is outside 0..{len(window_ids)}")
-    before = settled(decode(tokenizer, window_ids[:num_context_tokens])) if num_context_tokens else ""
-    after = decode(tokenizer, window_ids)
-    if not is_final:
-        after = settled(after)
-    if not after.startswith(before):
-        # Only a tokenizer whose decode is not prefix-stable gets here; send what is new.
-        common = 0
-        for old, new in zip(before, after):
-            if old != new:
-                break
-            common += 1
-        return after[common:]
-    return after[len(before):]
 
 
 class TritonPythonModel:
@@ -66,10 +35,9 @@ class TritonPythonModel:
 
         from transformers import AutoTokenizer
 
-        config = json.loads(args["model_config"])
-        parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
-        self.tokenizer = AutoTokenizer.from_pretrained(str(Path(__file__).parent / parameters["tokenizer_dir"]))
-        self.loop_model = parameters.get("loop_model")
+        parameters = PostprocessingParameters.from_config(json.loads(args["model_config"]))
+        self.tokenizer = AutoTokenizer.from_pretrained(str(Path(__file__).parent / parameters.tokenizer_dir))
+        self.loop_model = parameters.loop_model
         self.relayed = collections.OrderedDict()  # request keys whose cancellation went to the loop
 
     def execute(self, requests):
@@ -84,11 +52,18 @@ class TritonPythonModel:
                 context = pb_utils.get_input_tensor_by_name(request, T.NUM_CONTEXT_TOKENS.name).as_numpy()
                 final = pb_utils.get_input_tensor_by_name(request, T.IS_FINAL.name).as_numpy()
                 texts = [
-                    text_delta(self.tokenizer, ids[row].tolist(), int(context[row].reshape(-1)[0]), bool(final[row].reshape(-1)[0]))
+                    text_delta(
+                        self.tokenizer,
+                        ids[row].tolist(),
+                        int(context[row].reshape(-1)[0]),
+                        bool(final[row].reshape(-1)[0]),
+                    )
                     for row in range(ids.shape[0])
                 ]
                 output = np.array([[text.encode("utf-8")] for text in texts], dtype=object)
-                responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(T.TEXT_OUTPUT.name, output)]))
+                responses.append(
+                    pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(T.TEXT_OUTPUT.name, output)])
+                )
             except Exception as exc:  # noqa: BLE001 - one short line to the client, never a traceback
                 message = f"postprocessing failed: {type(exc).__name__}: {exc}"
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
@@ -113,4 +88,3 @@ class TritonPythonModel:
         )
         for _ in cancel.exec(decoupled=True):
             pass
-

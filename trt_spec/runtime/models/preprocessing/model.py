@@ -3,26 +3,39 @@
 Every default is resolved here (temperature 0, top-k 0, top-p 1, num_draft_tokens = the spec's K,
 stream true), so the loop gets complete, valid tensors. A bad request fails alone with one short
 ``TritonError`` naming the parameter, its value and the allowed range; never a traceback.
+Temperature, top-k and top-p are checked by :class:`~trt_spec.runtime.sampling.SamplingParams`,
+the one validation the loop and the engine models use too; the request-level checks (max_tokens,
+num_draft_tokens against the target's max_draft_len, top_k against the vocabulary, the lengths)
+are this model's.
 
-Runs inside Triton's python-backend stub: imports numpy, the tokenizer library and the tensor
-definitions of ``trt_spec`` (from the copy the repository writer puts beside this file, else from
-the installed package).
+Runs inside Triton's python-backend stub: imports numpy, the tokenizer library and
+``trt_spec.runtime`` (from the copy the repository writer puts beside this file, else from the
+installed package).
 """
 
-
-import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 _HERE = Path(__file__).resolve().parent
 if (_HERE / "trt_spec").is_dir():
     sys.path.insert(0, str(_HERE))
 
 from trt_spec.runtime import tensors as T  # noqa: E402
+from trt_spec.runtime.errors import GenerationParamsError  # noqa: E402
+from trt_spec.runtime.parameters import PreprocessingParameters  # noqa: E402
+from trt_spec.runtime.sampling import GREEDY_TEMPERATURE, NO_TOP_K, NO_TOP_P, SamplingParams  # noqa: E402
+
+# The scalar request inputs, read into one dict by tensor name (None = absent).
+SCALAR_INPUTS = (T.MAX_TOKENS, T.TEMPERATURE, T.TOP_K, T.TOP_P, T.NUM_DRAFT_TOKENS, T.STREAM)
 
 
 class RequestError(ValueError):
@@ -30,66 +43,57 @@ class RequestError(ValueError):
 
 
 @dataclass(frozen=True)
-class Limits:
-    max_input_len: int
-    max_seq_len: int  # prompt + max_tokens
-    max_draft_len: int
-    default_num_draft_tokens: int
-    vocab_size: int
-
-    @classmethod
-    def from_parameters(cls, parameters: dict[str, str]) -> "Limits":
-        return cls(**{name: int(parameters[name]) for name in cls.__dataclass_fields__})
-
-
-@dataclass(frozen=True)
-class Sampling:
+class RequestParameters:
     """A request's parameters, checked, defaults filled in."""
 
     max_tokens: int
-    temperature: float
-    top_k: int
-    top_p: float
+    sampling: SamplingParams
     num_draft_tokens: int
     stream: bool
 
 
-def check_parameters(values: dict[str, object], limits: Limits) -> Sampling:
-    """Validate the scalar request parameters (``None`` = absent).
+def check_parameters(values: dict[str, object], limits: PreprocessingParameters) -> RequestParameters:
+    """Validate the scalar request parameters (by tensor name; ``None`` = absent).
 
     Raises:
         RequestError: the first bad parameter, with its value and the allowed range.
     """
-    max_tokens = values.get("max_tokens")
+    max_tokens = values.get(T.MAX_TOKENS.name)
     if max_tokens is None:
         raise RequestError("max_tokens is required")
     if max_tokens < 1:
         raise RequestError(f"max_tokens must be >= 1; got {max_tokens}")
-    temperature = 0.0 if values.get("temperature") is None else float(values["temperature"])
-    if not math.isfinite(temperature) or temperature < 0:
-        raise RequestError(f"temperature must be a finite number >= 0 (0 = greedy); got {temperature}")
-    top_k = 0 if values.get("top_k") is None else int(values["top_k"])
+    top_k = values.get(T.TOP_K.name)
+    top_k = NO_TOP_K if top_k is None else int(top_k)
     if not 0 <= top_k <= limits.vocab_size:
         raise RequestError(f"top_k must be between 0 (off) and the vocabulary size {limits.vocab_size}; got {top_k}")
-    top_p = 1.0 if values.get("top_p") is None else float(values["top_p"])
-    if not (math.isfinite(top_p) and 0 < top_p <= 1):
-        raise RequestError(f"top_p must be in (0, 1]; got {top_p}")
-    num_draft_tokens = values.get("num_draft_tokens")
+    temperature, top_p = values.get(T.TEMPERATURE.name), values.get(T.TOP_P.name)
+    try:
+        sampling = SamplingParams(
+            temperature=GREEDY_TEMPERATURE if temperature is None else float(temperature),
+            top_k=top_k,
+            top_p=NO_TOP_P if top_p is None else float(top_p),
+        )
+    except GenerationParamsError as exc:
+        raise RequestError(str(exc)) from None
+    num_draft_tokens = values.get(T.NUM_DRAFT_TOKENS.name)
     num_draft_tokens = limits.default_num_draft_tokens if num_draft_tokens is None else int(num_draft_tokens)
     if not 0 <= num_draft_tokens <= limits.max_draft_len:
         raise RequestError(
             f"num_draft_tokens must be between 0 (plain target decoding) and the target engine's "
             f"max_draft_len {limits.max_draft_len}; got {num_draft_tokens}"
         )
-    stream = True if values.get("stream") is None else bool(values["stream"])
-    return Sampling(int(max_tokens), temperature, top_k, top_p, num_draft_tokens, stream)
+    stream = values.get(T.STREAM.name)
+    return RequestParameters(int(max_tokens), sampling, num_draft_tokens, True if stream is None else bool(stream))
 
 
-def check_lengths(num_prompt_tokens: int, max_tokens: int, limits: Limits) -> None:
+def check_lengths(num_prompt_tokens: int, max_tokens: int, limits: PreprocessingParameters) -> None:
     if num_prompt_tokens == 0:
         raise RequestError("text_input is empty: the prompt needs at least one token")
     if num_prompt_tokens > limits.max_input_len:
-        raise RequestError(f"the prompt is {num_prompt_tokens} tokens, over the engine's max_input_len {limits.max_input_len}")
+        raise RequestError(
+            f"the prompt is {num_prompt_tokens} tokens, over the engine's max_input_len {limits.max_input_len}"
+        )
     if num_prompt_tokens + max_tokens > limits.max_seq_len:
         raise RequestError(
             f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) = {num_prompt_tokens + max_tokens} "
@@ -109,38 +113,38 @@ def stop_words_list(words: list[list[int]]) -> np.ndarray:
 
 
 class Preprocessor:
-    """The model's logic, without Triton: a tokenizer and the limits."""
+    """The model's logic, without Triton: a tokenizer and the model's parameters."""
 
-    def __init__(self, tokenizer, limits: Limits, *, add_special_tokens: bool = True):
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", parameters: PreprocessingParameters) -> None:
         self.tokenizer = tokenizer
-        self.limits = limits
-        self.add_special_tokens = add_special_tokens
+        self.parameters = parameters
         self.end_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
 
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=self.add_special_tokens)["input_ids"])
+    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=add_special_tokens).input_ids)
 
-    def __call__(self, text: str, values: dict[str, object], stop_words: list[str] = ()) -> dict[str, np.ndarray]:
+    def __call__(self, text: str, values: dict[str, object], stop_words: Sequence[str] = ()) -> dict[str, np.ndarray]:
         """One request -> the output tensors (without the batch dimension), by name."""
-        sampling = check_parameters(values, self.limits)
+        request = check_parameters(values, self.parameters)
         if not text:
             raise RequestError("text_input is empty: the prompt needs at least one token")
-        input_ids = self.encode(text)
-        check_lengths(len(input_ids), sampling.max_tokens, self.limits)
-        stop_ids = [self.tokenizer(word, add_special_tokens=False)["input_ids"] for word in stop_words if word]
+        input_ids = self.encode(text, add_special_tokens=self.parameters.add_special_tokens)
+        check_lengths(len(input_ids), request.max_tokens, self.parameters)
+        stop_ids = [self.encode(word, add_special_tokens=False) for word in stop_words if word]
+        sampling = request.sampling
         return {
-            "input_ids": np.array(input_ids, dtype=np.int32),
-            "input_lengths": np.array([len(input_ids)], dtype=np.int32),
-            "request_output_len": np.array([sampling.max_tokens], dtype=np.int32),
-            "end_id": np.array([self.end_id], dtype=np.int32),
-            "pad_id": np.array([self.pad_id], dtype=np.int32),
-            "temperature": np.array([sampling.temperature], dtype=np.float32),
-            "runtime_top_k": np.array([sampling.top_k], dtype=np.int32),
-            "runtime_top_p": np.array([sampling.top_p], dtype=np.float32),
-            "num_draft_tokens": np.array([sampling.num_draft_tokens], dtype=np.int32),
-            "streaming": np.array([sampling.stream], dtype=bool),
-            "stop_words_list": stop_words_list(stop_ids),
+            T.INPUT_IDS.name: np.array(input_ids, dtype=np.int32),
+            T.INPUT_LENGTHS.name: np.array([len(input_ids)], dtype=np.int32),
+            T.REQUEST_OUTPUT_LEN.name: np.array([request.max_tokens], dtype=np.int32),
+            T.END_ID.name: np.array([self.end_id], dtype=np.int32),
+            T.PAD_ID.name: np.array([self.pad_id], dtype=np.int32),
+            T.ENGINE_TEMPERATURE.name: np.array([sampling.temperature], dtype=np.float32),
+            T.RUNTIME_TOP_K.name: np.array([sampling.top_k], dtype=np.int32),
+            T.RUNTIME_TOP_P.name: np.array([sampling.top_p], dtype=np.float32),
+            T.NUM_DRAFT_TOKENS.name: np.array([request.num_draft_tokens], dtype=np.int32),
+            T.STREAMING.name: np.array([request.stream], dtype=bool),
+            T.STOP_WORDS_LIST.name: stop_words_list(stop_ids),
         }
 
 
@@ -155,6 +159,7 @@ def _decode_text(value: object) -> str:
 
 def read_request(request) -> tuple[str, dict[str, object], list[str]]:
     """The prompt, the scalar parameters (None when absent) and the stop words of one request."""
+
     def array(name: str):
         tensor = pb_utils.get_input_tensor_by_name(request, name)
         return None if tensor is None else tensor.as_numpy()
@@ -165,11 +170,11 @@ def read_request(request) -> tuple[str, dict[str, object], list[str]]:
     if text.shape[0] != 1:
         raise RequestError(f"send one prompt per request (shape [1, 1]); got a batch of {text.shape[0]}")
     values = {}
-    for name in ("max_tokens", "temperature", "top_k", "top_p", "num_draft_tokens", "stream"):
-        data = array(name)
+    for tensor in SCALAR_INPUTS:
+        data = array(tensor.name)
         if data is not None and data.size != 1:
-            raise RequestError(f"{name} must hold one value (shape [1, 1]); got shape {list(data.shape)}")
-        values[name] = None if data is None else data.reshape(-1)[0].item()
+            raise RequestError(f"{tensor.name} must hold one value (shape [1, 1]); got shape {list(data.shape)}")
+        values[tensor.name] = None if data is None else data.reshape(-1)[0].item()
     stop = array(T.STOP_WORDS.name)
     stop_words = [] if stop is None else [_decode_text(word) for word in stop.reshape(-1)]
     return _decode_text(text.reshape(-1)[0]), values, stop_words
@@ -181,15 +186,9 @@ class TritonPythonModel:
 
         from transformers import AutoTokenizer
 
-        config = json.loads(args["model_config"])
-        parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
-        tokenizer_dir = Path(__file__).parent / parameters["tokenizer_dir"]
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-        self.preprocessor = Preprocessor(
-            tokenizer,
-            Limits.from_parameters(parameters),
-            add_special_tokens=parameters.get("add_special_tokens", "true") == "true",
-        )
+        parameters = PreprocessingParameters.from_config(json.loads(args["model_config"]))
+        tokenizer = AutoTokenizer.from_pretrained(str(Path(__file__).parent / parameters.tokenizer_dir))
+        self.preprocessor = Preprocessor(tokenizer, parameters)
 
     def execute(self, requests):
         responses = []

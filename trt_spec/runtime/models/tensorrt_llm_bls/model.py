@@ -28,9 +28,10 @@ if (_HERE / "trt_spec").is_dir():
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from trt_spec.runtime.errors import GenerationParamsError  # noqa: E402
 from trt_spec.runtime import bls  # noqa: E402
 from trt_spec.runtime import tensors as T  # noqa: E402
+from trt_spec.runtime.errors import GenerationParamsError  # noqa: E402
+from trt_spec.runtime.parameters import LoopParameters  # noqa: E402
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -93,16 +94,23 @@ class LoopMetrics:
         }
         self.counters = {key: family.Metric(labels=labels) for key, family in self.families.items()}
         self.families["requests"] = pb_utils.MetricFamily(
-            name="trt_spec_loop_requests_total", description="Requests of the loop model by outcome", kind=kind.COUNTER)
-        self.requests = {outcome: self.families["requests"].Metric(labels={**labels, "outcome": outcome})
-                         for outcome in self.OUTCOMES}
-        self.families["acceptance_rate"] = pb_utils.MetricFamily(
-            name="trt_spec_loop_acceptance_rate", description="Accepted / drafted tokens since the model loaded",
-            kind=kind.GAUGE)
+            name="trt_spec_loop_requests_total", description="Requests of the loop model by outcome", kind=kind.COUNTER
+        )
+        self.requests = {
+            outcome: self.families["requests"].Metric(labels={**labels, "outcome": outcome})
+            for outcome in self.OUTCOMES
+        }
+        self.families["acceptance"] = pb_utils.MetricFamily(
+            name="trt_spec_loop_acceptance_rate",
+            description="Accepted / drafted tokens since the model loaded",
+            kind=kind.GAUGE,
+        )
         self.families["tokens_per_target_call"] = pb_utils.MetricFamily(
-            name="trt_spec_loop_tokens_per_target_call", description="Generated tokens per target call since the model loaded",
-            kind=kind.GAUGE)
-        self.acceptance_rate = self.families["acceptance_rate"].Metric(labels=labels)
+            name="trt_spec_loop_tokens_per_target_call",
+            description="Generated tokens per target call since the model loaded",
+            kind=kind.GAUGE,
+        )
+        self.acceptance_rate = self.families["acceptance"].Metric(labels=labels)
         self.tokens_per_target_call = self.families["tokens_per_target_call"].Metric(labels=labels)
         self.totals = dict.fromkeys(self.COUNTERS, 0.0)
 
@@ -148,7 +156,8 @@ class ResponseSender:
         try:
             if isinstance(response, dict):
                 response = pb_utils.InferenceResponse(
-                    output_tensors=[pb_utils.Tensor(name, array) for name, array in response.items()])
+                    output_tensors=[pb_utils.Tensor(name, array) for name, array in response.items()]
+                )
             if response is None:
                 sender.send(flags=FINAL)
             else:
@@ -169,9 +178,8 @@ def _error_response(message: str):
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
-        parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         self.name = config["name"]
-        self.settings = bls.LoopSettings.from_parameters(parameters)
+        self.settings = LoopParameters.from_config(config)
         self.engines = TritonEngineClient()
         self.metrics = LoopMetrics(self.name)
         self.input_names = [tensor.name for tensor in T.LOOP_INPUTS]
@@ -239,8 +247,13 @@ class TritonPythonModel:
                 return self.cancelled[key] or (not loop_request.stream and request.is_cancelled())
 
             await bls.run_loop(
-                loop_request, self.settings, self.engines, state=state,
-                on_tokens=stream if loop_request.stream else None, is_cancelled=cancelled, times=times,
+                loop_request,
+                self.settings,
+                self.engines,
+                state=state,
+                on_tokens=stream if loop_request.stream else None,
+                is_cancelled=cancelled,
+                times=times,
             )
             outcome = "finished"
         except bls.Cancelled:

@@ -2,7 +2,8 @@
 
 TensorRT-LLM's engine tensor interface over the PyTorch twin (the logic, and what it takes and
 returns, is :mod:`trt_spec.runtime.twin_engine`); this file only moves tensors in and out. The
-config's ``role`` parameter says which engine it is; ``hf_model_dir`` names the checkpoint.
+config's parameters (:class:`~trt_spec.runtime.parameters.TorchEngineParameters`) say which engine
+it is (``role``) and name the checkpoint (``hf_model_dir``).
 
 Imports ``trt_spec`` from the copy the repository writer puts beside this file (the code that
 wrote the repository), else from the installed package.
@@ -20,6 +21,7 @@ if (_HERE / "trt_spec").is_dir():
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
+from trt_spec.runtime.parameters import TorchEngineParameters  # noqa: E402
 from trt_spec.runtime.twin_engine import EngineRequestError, TwinEngine  # noqa: E402
 
 
@@ -30,17 +32,16 @@ class TritonPythonModel:
         from trt_spec.runtime.torch_engine import TorchCausalLM
 
         config = json.loads(args["model_config"])
-        parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+        parameters = TorchEngineParameters.from_config(config)
         self.name = config["name"]
-        threads = int(parameters.get("torch_threads", "0") or 0)
-        if threads > 0:
-            torch.set_num_threads(threads)
-        engine = TorchCausalLM.from_pretrained(parameters["hf_model_dir"])
+        if parameters.torch_threads > 0:
+            torch.set_num_threads(parameters.torch_threads)
+        engine = TorchCausalLM.from_pretrained(parameters.hf_model_dir)
         self.engine = TwinEngine(
             engine,
-            parameters["role"],
-            max_draft_len=int(parameters["max_draft_len"]),
-            max_seq_len=int(parameters["max_seq_len"]),
+            parameters.role,
+            max_draft_len=parameters.max_draft_len,
+            max_seq_len=parameters.max_seq_len,
             cache_slots=max(1, int(config.get("max_batch_size", 1))),
         )
         # Time inside execute(), for the benchmark's loop-overhead figure; the families must live
@@ -58,7 +59,9 @@ class TritonPythonModel:
         self.seconds_metric = self.seconds_family.Metric(labels={"model": self.name})
         self.calls_metric = self.calls_family.Metric(labels={"model": self.name})
         # A metric update is an IPC round trip (~40 us): done by a worker, after the response.
-        self.metrics_worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="trt-spec-metrics")
+        self.metrics_worker = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="trt-spec-metrics"
+        )
 
     def finalize(self):
         self.metrics_worker.shutdown(wait=True)
@@ -75,7 +78,9 @@ class TritonPythonModel:
                 inputs = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
                 outputs = self.engine.execute(inputs)
                 wanted = request.requested_output_names()  # only what the caller asked for
-                tensors = [pb_utils.Tensor(name, array) for name, array in outputs.items() if not wanted or name in wanted]
+                tensors = [
+                    pb_utils.Tensor(name, array) for name, array in outputs.items() if not wanted or name in wanted
+                ]
                 responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             except EngineRequestError as exc:
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{self.name}: {exc}")))
