@@ -3,6 +3,7 @@
 #   make demo                          the embedded demo pair end to end on CPU: check, plan,
 #                                      Triton repository, real Triton server, streamed generation
 #   make test                          the test suite (CPU; GPU tests skip)
+#   make lint                          ruff (lint + format check) and mypy (strict on the pure core)
 #   make plan SPEC=examples/x.yaml     conversion + trtllm-build steps and the memory plan
 #   make build-engines SPEC=...        download -> check -> convert + build (GPU machine)
 #
@@ -14,13 +15,14 @@ VENV ?= .venv
 VENV_FLAGS ?=
 # A CPU build of torch; empty to keep the torch already installed (e.g. in a GPU container).
 TORCH ?= torch==2.13.0
-EXTRAS ?= triton,bench,test
+EXTRAS ?= triton,bench,test,lint
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 TRT_SPEC := $(VENV)/bin/trt-spec
 STAMP := $(VENV)/.installed-$(EXTRAS)
+LINT_PATHS := trt_spec tests scripts
 
-.PHONY: setup test demo plan build-engines clean
+.PHONY: setup test lint demo plan build-engines clean
 
 setup: $(STAMP)
 
@@ -34,6 +36,12 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# mypy checks the modules listed under [tool.mypy] files in pyproject.toml.
+lint: $(STAMP)
+	$(PY) -m ruff check $(LINT_PATHS)
+	$(PY) -m ruff format --check $(LINT_PATHS)
+	$(PY) -m mypy
+
 demo: $(STAMP)
 	$(TRT_SPEC) demo
 
@@ -46,4 +54,4 @@ build-engines: $(STAMP)
 	$(TRT_SPEC) build --spec $(SPEC)
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -24,7 +24,7 @@ import numpy as np
 from trt_spec.repository.configs import to_model_config, write_config
 from trt_spec.serving.server import TritonServer
 
-CALLEE = textwrap.dedent('''
+CALLEE = textwrap.dedent("""
     import time
 
     import triton_python_backend_utils as pb_utils
@@ -41,9 +41,9 @@ CALLEE = textwrap.dedent('''
                     pass
                 responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("output_ids", ids)]))
             return responses
-''')
+""")
 
-CALLER = textwrap.dedent('''
+CALLER = textwrap.dedent("""
     import time
 
     import numpy as np
@@ -71,7 +71,7 @@ CALLER = textwrap.dedent('''
                 responses.append(pb_utils.InferenceResponse(
                     [pb_utils.Tensor("transport_us", np.array(transport_us, dtype=np.float64))]))
             return responses
-''')
+""")
 
 
 def _io(name: str, dtype: str, dims: list[int]) -> dict:
@@ -80,12 +80,28 @@ def _io(name: str, dtype: str, dims: list[int]) -> dict:
 
 def write_repo(repo: Path) -> None:
     models = {
-        "callee": ([_io("input_ids", "INT32", [-1]), _io("work_ms", "FP32", [1])], [_io("output_ids", "INT32", [-1])], 8, CALLEE),
-        "caller": ([_io("calls", "INT32", [1]), _io("work_ms", "FP32", [1])], [_io("transport_us", "FP64", [-1])], 0, CALLER),
+        "callee": (
+            [_io("input_ids", "INT32", [-1]), _io("work_ms", "FP32", [1])],
+            [_io("output_ids", "INT32", [-1])],
+            8,
+            CALLEE,
+        ),
+        "caller": (
+            [_io("calls", "INT32", [1]), _io("work_ms", "FP32", [1])],
+            [_io("transport_us", "FP64", [-1])],
+            0,
+            CALLER,
+        ),
     }
     for name, (inputs, outputs, max_batch_size, source) in models.items():
-        config = {"name": name, "backend": "python", "max_batch_size": max_batch_size, "input": inputs, "output": outputs,
-                  "instance_group": [{"count": 1, "kind": "KIND_CPU"}]}
+        config = {
+            "name": name,
+            "backend": "python",
+            "max_batch_size": max_batch_size,
+            "input": inputs,
+            "output": outputs,
+            "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
+        }
         write_config(to_model_config(config), repo)
         (repo / name / "1").mkdir(parents=True, exist_ok=True)
         (repo / name / "1" / "model.py").write_text(source)
@@ -100,19 +116,23 @@ def measure(url: str, work_ms: float, calls: int) -> np.ndarray:
     inputs[1].set_data_from_numpy(np.array([work_ms], dtype=np.float32))
     transport = client.infer("caller", inputs, client_timeout=600).as_numpy("transport_us")
     client.close()
-    return transport[min(10, calls // 10):]  # the first calls pay one-time costs
+    return transport[min(10, calls // 10) :]  # the first calls pay one-time costs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work-ms", type=float, action="append", help="callee busy time per call (repeatable); default 0, 1, 2, 8")
+    parser.add_argument(
+        "--work-ms", type=float, action="append", help="callee busy time per call (repeatable); default 0, 1, 2, 8"
+    )
     parser.add_argument("--calls", type=int, default=200, help="BLS calls per work time")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="trt-spec-bls-") as tmp:
         repo = Path(tmp) / "repo"
         write_repo(repo)
         with TritonServer(repo) as server:
-            print(f"BLS exec() round trip to a python model, {args.calls} calls each; transport = call time - callee work")
+            print(
+                f"BLS exec() round trip to a python model, {args.calls} calls each; transport = call time - callee work"
+            )
             for work_ms in args.work_ms or [0.0, 1.0, 2.0, 8.0]:
                 transport = measure(server.grpc_url, work_ms, args.calls)
                 p10, median, p90 = np.percentile(transport, [10, 50, 90]) / 1e3

@@ -18,8 +18,19 @@ from trt_spec.cli import main
 from trt_spec.spec import parse_spec
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "pystdlib-pair"
-CHECKS = ["target", "draft", "tokenizer", "architecture", "remote code", "vocabulary", "sizes", "positions",
-          "tensor parallel", "dtype", "memory"]
+CHECKS = [
+    "target",
+    "draft",
+    "tokenizer",
+    "architecture",
+    "remote code",
+    "vocabulary",
+    "sizes",
+    "positions",
+    "tensor parallel",
+    "dtype",
+    "memory",
+]
 
 
 @pytest.fixture
@@ -99,8 +110,15 @@ def test_merges_normalization_and_special_tokens_are_compared(pair):
         merges[10], merges[11] = merges[11], merges[10]
         tokenizer["pre_tokenizer"] = {"type": "Whitespace"}
         tokenizer["added_tokens"].append(
-            {"id": 4096, "content": "<|pad|>", "single_word": False, "lstrip": False, "rstrip": False,
-             "normalized": False, "special": True}
+            {
+                "id": 4096,
+                "content": "<|pad|>",
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
         )
 
     edit_json(pair / "draft" / "tokenizer.json", change)
@@ -141,9 +159,12 @@ def test_an_embedding_smaller_than_the_tokenizer_is_fatal(pair):
 
 def test_unsupported_architectures_and_features_are_fatal(pair):
     edit_json(pair / "draft" / "config.json", lambda c: c.update(architectures=["Qwen2ForCausalLM"]))
-    edit_json(pair / "target" / "config.json", lambda c: c.update(
-        attention_bias=True, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}
-    ))
+    edit_json(
+        pair / "target" / "config.json",
+        lambda c: c.update(
+            attention_bias=True, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}
+        ),
+    )
     architecture = row(check_pair(make_spec(pair)), "architecture")
     assert architecture.status == "fatal"
     assert "draft is Qwen2ForCausalLM; supported: LlamaForCausalLM, MistralForCausalLM" in architecture.detail
@@ -152,9 +173,10 @@ def test_unsupported_architectures_and_features_are_fatal(pair):
 
 
 def test_mistral_sliding_window_shorter_than_sequences_is_fatal(pair):
-    edit_json(pair / "draft" / "config.json", lambda c: c.update(
-        architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=512
-    ))
+    edit_json(
+        pair / "draft" / "config.json",
+        lambda c: c.update(architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=512),
+    )
     architecture = row(check_pair(make_spec(pair)), "architecture")
     assert architecture.status == "fatal"
     assert "draft attends within a sliding window of 512 tokens but sequences reach 1008" in architecture.detail

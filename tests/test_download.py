@@ -127,7 +127,9 @@ def test_offline_cache_resolves_main_and_pins_the_commit(tmp_path, monkeypatch):
     }
     assert "hf_not_a_real_token" not in lock_text
     # Later steps read exactly the pinned snapshot.
-    assert local_snapshot(spec, "draft").path == tmp_path / "hub" / "models--acme--tiny-draft" / "snapshots" / DRAFT_COMMIT
+    assert (
+        local_snapshot(spec, "draft").path == tmp_path / "hub" / "models--acme--tiny-draft" / "snapshots" / DRAFT_COMMIT
+    )
     assert f"acme/tiny-target@{TARGET_COMMIT}" in load_model_info(spec, "target").source
 
 
@@ -164,7 +166,9 @@ def test_a_partial_snapshot_is_refused_and_not_locked(tmp_path):
     with pytest.raises(IncompleteSnapshotError, match=r"acme/tiny-target@main has no \*\.safetensors weights"):
         download(spec)
     assert not lock_path(spec).exists()
-    with pytest.raises(NotDownloadedError, match=r"target: acme/tiny-target@main has not been downloaded.*trt-spec download"):
+    with pytest.raises(
+        NotDownloadedError, match=r"target: acme/tiny-target@main has not been downloaded.*trt-spec download"
+    ):
         local_snapshot(spec, "target")
 
 
@@ -176,8 +180,12 @@ def test_a_truncated_weights_file_is_refused(tmp_path):
     weights = source / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1000])
     spec = parse_spec(
-        {"name": "x", "target": {"model": str(DEMO / "target")}, "draft": {"model": str(source)},
-         "paths": {"checkpoints": str(tmp_path / "checkpoints")}}
+        {
+            "name": "x",
+            "target": {"model": str(DEMO / "target")},
+            "draft": {"model": str(source)},
+            "paths": {"checkpoints": str(tmp_path / "checkpoints")},
+        }
     )
     with pytest.raises(IncompleteSnapshotError, match=r"has a truncated model.safetensors \(\d+ of \d+ bytes\)"):
         download(spec)
@@ -189,7 +197,9 @@ def test_a_file_changed_after_download_is_caught(tmp_path):
     spec = hub_spec(tmp_path)
     download(spec)
     (snapshot / "config.json").unlink()
-    with pytest.raises(IncompleteSnapshotError, match=r"config.json is missing or has changed.*download --spec FILE` again"):
+    with pytest.raises(
+        IncompleteSnapshotError, match=r"config.json is missing or has changed.*download --spec FILE` again"
+    ):
         local_snapshot(spec, "target")
 
 
@@ -220,7 +230,10 @@ def test_cli_in_a_fresh_process_reads_hf_endpoint(tmp_path):
     env.pop("HF_HUB_OFFLINE")
     completed = subprocess.run(
         [sys.executable, "-c", "from trt_spec.cli import main; main()", "download", "--spec", str(spec_file)],
-        capture_output=True, text=True, env=env, timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert completed.returncode == 1
     assert completed.stderr.startswith("Error: cannot reach the Hugging Face Hub for acme/tiny-target@main")
@@ -263,18 +276,42 @@ def _http_error(cls, status: int):
 @pytest.mark.parametrize(
     ("raised", "expected", "builtin", "words"),
     [
-        (lambda: _http_error("GatedRepoError", 403), GatedRepoError, PermissionError,
-         ["acme/tiny-target is gated", "accept its licence", "HF_TOKEN"]),
-        (lambda: _http_error("RepositoryNotFoundError", 404), RepoNotFoundError, FileNotFoundError,
-         ["no repo acme/tiny-target", "check the spec's model id"]),
-        (lambda: _http_error("RevisionNotFoundError", 404), RepoNotFoundError, FileNotFoundError,
-         ["acme/tiny-target has no revision 'main'", "fix the spec's revision"]),
-        (lambda: _http_error("HfHubHTTPError", 401), GatedRepoError, PermissionError,
-         ["refused access to acme/tiny-target (HTTP 401)", "HF_TOKEN"]),
-        (lambda: _http_error("HfHubHTTPError", 503), HubUnreachableError, ConnectionError,
-         ["HTTP 503 for acme/tiny-target@main", "try again later"]),
-        (lambda: OSError(errno.ENOSPC, "No space left on device"), DiskFullError, OSError,
-         ["no space left", "acme/tiny-target", "paths.hf_cache", "resumes"]),
+        (
+            lambda: _http_error("GatedRepoError", 403),
+            GatedRepoError,
+            PermissionError,
+            ["acme/tiny-target is gated", "accept its licence", "HF_TOKEN"],
+        ),
+        (
+            lambda: _http_error("RepositoryNotFoundError", 404),
+            RepoNotFoundError,
+            FileNotFoundError,
+            ["no repo acme/tiny-target", "check the spec's model id"],
+        ),
+        (
+            lambda: _http_error("RevisionNotFoundError", 404),
+            RepoNotFoundError,
+            FileNotFoundError,
+            ["acme/tiny-target has no revision 'main'", "fix the spec's revision"],
+        ),
+        (
+            lambda: _http_error("HfHubHTTPError", 401),
+            GatedRepoError,
+            PermissionError,
+            ["refused access to acme/tiny-target (HTTP 401)", "HF_TOKEN"],
+        ),
+        (
+            lambda: _http_error("HfHubHTTPError", 503),
+            HubUnreachableError,
+            ConnectionError,
+            ["HTTP 503 for acme/tiny-target@main", "try again later"],
+        ),
+        (
+            lambda: OSError(errno.ENOSPC, "No space left on device"),
+            DiskFullError,
+            OSError,
+            ["no space left", "acme/tiny-target", "paths.hf_cache", "resumes"],
+        ),
     ],
 )
 def test_hub_errors_become_one_line_with_the_next_step(tmp_path, monkeypatch, raised, expected, builtin, words):
@@ -327,13 +364,33 @@ def test_only_the_needed_files_are_asked_for_and_bars_can_be_hidden(tmp_path, mo
     from huggingface_hub.utils import filter_repo_objects
 
     repo_files = [
-        "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-        "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json",
-        "pytorch_model.bin", "consolidated.00.pth", "original/consolidated.00.pth", "original/params.json",
-        "original/tokenizer.model", "README.md", "LICENSE", ".gitattributes",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+        "pytorch_model.bin",
+        "consolidated.00.pth",
+        "original/consolidated.00.pth",
+        "original/params.json",
+        "original/tokenizer.model",
+        "README.md",
+        "LICENSE",
+        ".gitattributes",
     ]
-    fetched = set(filter_repo_objects(repo_files, allow_patterns=call["allow_patterns"], ignore_patterns=call["ignore_patterns"]))
+    fetched = set(
+        filter_repo_objects(repo_files, allow_patterns=call["allow_patterns"], ignore_patterns=call["ignore_patterns"])
+    )
     assert fetched == {
-        "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-        "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
     }

@@ -50,7 +50,7 @@ class ScriptedVerifier:
     def verify(self, sequence, draft, sampling, generator) -> list[int]:
         self.calls += 1
         start = len(sequence) - len(PROMPT)
-        assert list(sequence[len(PROMPT):]) == self.truth[:start], "the loop committed a wrong token"
+        assert list(sequence[len(PROMPT) :]) == self.truth[:start], "the loop committed a wrong token"
         emitted = []
         for offset, token in enumerate(draft.tokens):
             if token != self.truth[start + offset]:
@@ -151,9 +151,14 @@ def test_a_malformed_verifier_answer_is_refused():
 
 @pytest.mark.parametrize(
     "kwargs, fragment",
-    [({"max_new_tokens": 0}, "max_new_tokens"), ({"num_draft_tokens": 17}, "num_draft_tokens"),
-     ({"num_draft_tokens": -1}, "num_draft_tokens"), ({"adaptive_draft": True, "num_draft_tokens": 0}, "adaptive"),
-     ({"stop_sequences": ((),)}, "stop sequence"), ({"temperature": -1.0}, "temperature")],
+    [
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"num_draft_tokens": 17}, "num_draft_tokens"),
+        ({"num_draft_tokens": -1}, "num_draft_tokens"),
+        ({"adaptive_draft": True, "num_draft_tokens": 0}, "adaptive"),
+        ({"stop_sequences": ((),)}, "stop sequence"),
+        ({"temperature": -1.0}, "temperature"),
+    ],
 )
 def test_params_are_validated(kwargs, fragment):
     with pytest.raises(GenerationParamsError, match=fragment):

@@ -3,6 +3,7 @@ import os
 
 import pytest
 from click.testing import CliRunner
+from conftest import EXAMPLES, ROOT
 
 from trt_spec.checkpoints.config import load_model_info
 from trt_spec.cli import main
@@ -10,8 +11,6 @@ from trt_spec.errors import ModelConfigError, PlanError
 from trt_spec.memory import GIB, GPU_CAPACITY_BYTES, MIB
 from trt_spec.plan import make_plan
 from trt_spec.spec import load_spec, parse_spec
-
-from conftest import EXAMPLES, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
 EXAMPLE_SPECS = ["llama70b-1b-4xh100.yaml", "llama8b-1b-h200.yaml", "pystdlib-demo.yaml"]
@@ -118,7 +117,9 @@ def test_70b_on_one_h100_does_not_fit_and_suggests_tp():
 
 def test_unknown_model_without_cache_names_download():
     spec = parse_spec({"name": "x", "target": {"model": "acme/unknown-70b"}, "draft": {"model": "acme/unknown-1b"}})
-    with pytest.raises(ModelConfigError, match=r"target.model: no config.json for 'acme/unknown-70b'.*trt-spec download"):
+    with pytest.raises(
+        ModelConfigError, match=r"target.model: no config.json for 'acme/unknown-70b'.*trt-spec download"
+    ):
         make_plan(spec)
 
 
@@ -134,12 +135,14 @@ def test_config_read_from_huggingface_cache(tmp_path, monkeypatch):
     (repo / "refs" / "main").write_text(commit)
     config = json.loads((EXAMPLES / "pystdlib-pair" / "target" / "config.json").read_text())
     (snapshot / "config.json").write_text(json.dumps(config))
-    spec = parse_spec({
-        "name": "x",
-        "target": {"model": "acme/tiny"},
-        "draft": {"model": str(EXAMPLES / "pystdlib-pair" / "draft")},
-        "paths": {"hf_cache": str(cache)},
-    })
+    spec = parse_spec(
+        {
+            "name": "x",
+            "target": {"model": "acme/tiny"},
+            "draft": {"model": str(EXAMPLES / "pystdlib-pair" / "draft")},
+            "paths": {"hf_cache": str(cache)},
+        }
+    )
     info = load_model_info(spec, "target")
     assert info.num_params == 6_450_432
     assert "huggingface_hub cache (acme/tiny@main)" in info.source

@@ -123,8 +123,13 @@ def test_probabilities_refuses_greedy():
 
 @pytest.mark.parametrize(
     "kwargs, fragment",
-    [({"temperature": -0.1}, "temperature"), ({"top_k": -1}, "top_k"), ({"top_p": 0.0}, "top_p"),
-     ({"top_p": 1.5}, "top_p"), ({"temperature": float("nan")}, "temperature")],
+    [
+        ({"temperature": -0.1}, "temperature"),
+        ({"top_k": -1}, "top_k"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"temperature": float("nan")}, "temperature"),
+    ],
 )
 def test_sampling_params_validation(kwargs, fragment):
     with pytest.raises(GenerationParamsError, match=fragment):
@@ -246,9 +251,7 @@ def distribution_deviations(target: torch.Tensor, draft: torch.Tensor, seed: int
         length_counts[len(emitted) - 1] += 1
     return {
         "first ~ p_0": max_sigma(histogram([e[0] for e in steps]), target[0]),
-        "second ~ p_1 given position 0 accepted": max_sigma(
-            histogram([e[1] for e in steps if len(e) >= 2]), target[1]
-        ),
+        "second ~ p_1 given position 0 accepted": max_sigma(histogram([e[1] for e in steps if len(e) >= 2]), target[1]),
         "bonus ~ p_K": max_sigma(histogram([e[-1] for e in steps if len(e) == NUM_DRAFTS + 1]), target[NUM_DRAFTS]),
         "length ~ acceptance law": max_sigma(length_counts, torch.tensor(length_law)),
     }

@@ -1,13 +1,11 @@
-
 import pytest
 import yaml
 from click.testing import CliRunner
+from conftest import EXAMPLES
 
 from trt_spec.cli import main
 from trt_spec.errors import SpecError
 from trt_spec.spec import load_spec, parse_spec
-
-from conftest import EXAMPLES
 
 MINIMAL = {
     "name": "pair",
@@ -46,16 +44,36 @@ def test_frozen():
 @pytest.mark.parametrize(
     "key_path, value, expected",
     [
-        ("speculative.num_draft_tokens", 0, "speculative.num_draft_tokens: Input should be greater than or equal to 1; got 0"),
-        ("speculative.num_draft_tokens", 17, "speculative.num_draft_tokens: Input should be less than or equal to 16; got 17"),
+        (
+            "speculative.num_draft_tokens",
+            0,
+            "speculative.num_draft_tokens: Input should be greater than or equal to 1; got 0",
+        ),
+        (
+            "speculative.num_draft_tokens",
+            17,
+            "speculative.num_draft_tokens: Input should be less than or equal to 16; got 17",
+        ),
         ("speculative.num_draft_tokens", "4", "speculative.num_draft_tokens: Input should be a valid integer; got '4'"),
-        ("engine.max_seq_len", 4096, "engine.max_seq_len: max_seq_len (4096) must be greater than max_input_len (4096)"),
+        (
+            "engine.max_seq_len",
+            4096,
+            "engine.max_seq_len: max_seq_len (4096) must be greater than max_input_len (4096)",
+        ),
         ("target.tp_size", 3, "target.tp_size: tp_size must be one of 1, 2, 4, 8; got 3"),
         ("engine.dtype", "float32", "engine.dtype: Input should be 'float16' or 'bfloat16'; got 'float32'"),
         ("engine.gpu", "a100", "engine.gpu: Input should be 'h100' or 'h200'; got 'a100'"),
-        ("speculative.acceptance", "typical", "speculative.acceptance: Input should be 'greedy' or 'probabilistic'; got 'typical'"),
+        (
+            "speculative.acceptance",
+            "typical",
+            "speculative.acceptance: Input should be 'greedy' or 'probabilistic'; got 'typical'",
+        ),
         ("triton.flavor", "vllm", "triton.flavor: Input should be 'tensorrtllm' or 'torch'; got 'vllm'"),
-        ("engine.dtypo", "float16", "engine.dtypo: unknown key; the keys here are: dtype, gpu, max_batch_size, max_input_len, max_seq_len"),
+        (
+            "engine.dtypo",
+            "float16",
+            "engine.dtypo: unknown key; the keys here are: dtype, gpu, max_batch_size, max_input_len, max_seq_len",
+        ),
         ("draft.tp_size", 2, "draft: draft.tp_size (2) is larger than target.tp_size (1)"),
         ("name", "bad name!", "name: String should match pattern"),
     ],

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trt_spec.spec import load_spec
-from trt_spec.runtime import tensors as T
 from trt_spec.repository.writer import write_repository
+from trt_spec.runtime import tensors as T
 from trt_spec.serving.server import TritonServer, free_port
+from trt_spec.spec import load_spec
 
 pytest.importorskip("pytriton", reason="the CPU Triton server comes with nvidia-pytriton")
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -82,8 +82,11 @@ def test_preprocessing_on_the_real_server(server, tokenizer):
     ("text", "params", "message"),
     [
         ("x", {"max_tokens": np.array([[0]], dtype=np.int32)}, "max_tokens must be >= 1; got 0"),
-        ("x", {"max_tokens": np.array([[4]], dtype=np.int32), "num_draft_tokens": np.array([[9]], dtype=np.int32)},
-         "max_draft_len 4; got 9"),
+        (
+            "x",
+            {"max_tokens": np.array([[4]], dtype=np.int32), "num_draft_tokens": np.array([[9]], dtype=np.int32)},
+            "max_draft_len 4; got 9",
+        ),
         ("", {"max_tokens": np.array([[4]], dtype=np.int32)}, "text_input is empty"),
         ("x = 1\n" * 200, {"max_tokens": np.array([[4]], dtype=np.int32)}, "over the engine's max_input_len 512"),
         ("x", {"max_tokens": np.array([[4.0]], dtype=np.float32)}, "max_tokens"),  # wrong dtype: Triton's check
@@ -108,11 +111,14 @@ def test_streamed_detokenization_on_the_real_server(server, tokenizer):
     for cut in range(1, len(ids) + 1):  # one token per response, as a streaming loop sends them
         start = T.window_start(sent)
         window = np.array([ids[start:cut]], dtype=np.int32)
-        result = client.infer(T.POSTPROCESSING, [
-            _input("output_ids", window),
-            _input("num_context_tokens", np.array([[sent - start]], dtype=np.int32)),
-            _input("is_final", np.array([[cut == len(ids)]], dtype=bool)),
-        ])
+        result = client.infer(
+            T.POSTPROCESSING,
+            [
+                _input("output_ids", window),
+                _input("num_context_tokens", np.array([[sent - start]], dtype=np.int32)),
+                _input("is_final", np.array([[cut == len(ids)]], dtype=bool)),
+            ],
+        )
         deltas.append(result.as_numpy("text_output")[0, 0].decode("utf-8"))
         sent = cut
     assert "".join(deltas) == text
@@ -147,8 +153,20 @@ def _processes_serving(repo: Path, grpc_port: int | None = None) -> list[int]:
 
 def test_serve_reports_ready_and_stops_on_sigterm(repo):
     ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
-    command = [TRT_SPEC, "serve", "--repo", str(repo), "--grpc-port", str(ports["grpc"]),
-               "--http-port", str(ports["http"]), "--metrics-port", str(ports["metrics"]), "--ready-timeout", "120"]
+    command = [
+        TRT_SPEC,
+        "serve",
+        "--repo",
+        str(repo),
+        "--grpc-port",
+        str(ports["grpc"]),
+        "--http-port",
+        str(ports["http"]),
+        "--metrics-port",
+        str(ports["metrics"]),
+        "--ready-timeout",
+        "120",
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline()
@@ -178,9 +196,23 @@ def test_serve_reports_a_failed_load(tmp_path):
     (bad / "1").mkdir()
     (bad / "1" / "model.py").write_text("raise RuntimeError('boom at load')\n")
     result = subprocess.run(
-        [TRT_SPEC, "serve", "--repo", str(tmp_path / "repo"), "--grpc-port", str(free_port()),
-         "--http-port", str(free_port()), "--metrics-port", str(free_port()), "--ready-timeout", "60"],
-        capture_output=True, text=True, timeout=120,
+        [
+            TRT_SPEC,
+            "serve",
+            "--repo",
+            str(tmp_path / "repo"),
+            "--grpc-port",
+            str(free_port()),
+            "--http-port",
+            str(free_port()),
+            "--metrics-port",
+            str(free_port()),
+            "--ready-timeout",
+            "60",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 1
     assert "ready" not in result.stdout
@@ -189,8 +221,21 @@ def test_serve_reports_a_failed_load(tmp_path):
 
 
 def test_bls_roundtrip_script_measures_the_transport():
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bls_roundtrip.py"), "--calls", "30",
-                             "--work-ms", "0", "--work-ms", "2"], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bls_roundtrip.py"),
+            "--calls",
+            "30",
+            "--work-ms",
+            "0",
+            "--work-ms",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("callee work")]
     assert [line.split("ms:")[0].split()[-1] for line in lines] == ["0.0", "2.0"]

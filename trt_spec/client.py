@@ -64,8 +64,14 @@ def request_inputs(
         return infer_input
 
     inputs = [scalar(T.TEXT_INPUT, prompt.encode()), scalar(T.MAX_TOKENS, max_tokens), scalar(T.STREAM, stream)]
-    optional = ((T.TEMPERATURE, temperature), (T.TOP_K, top_k), (T.TOP_P, top_p),
-                (T.NUM_DRAFT_TOKENS, num_draft_tokens), (T.SEED, seed), (T.ADAPTIVE_DRAFT, adaptive_draft))
+    optional = (
+        (T.TEMPERATURE, temperature),
+        (T.TOP_K, top_k),
+        (T.TOP_P, top_p),
+        (T.NUM_DRAFT_TOKENS, num_draft_tokens),
+        (T.SEED, seed),
+        (T.ADAPTIVE_DRAFT, adaptive_draft),
+    )
     inputs += [scalar(tensor, value) for tensor, value in optional if value is not None]
     if stop_words:
         words = np.array([[word.encode() for word in stop_words]], dtype=object)  # [1, n]
@@ -104,7 +110,7 @@ class SpecClient:
             self._streaming = False
         self._client.close()
 
-    def __enter__(self) -> "SpecClient":
+    def __enter__(self) -> SpecClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -125,8 +131,10 @@ class SpecClient:
         deadline = time.monotonic() + timeout_s
         while not self.server_ready():
             if time.monotonic() > deadline:
-                raise ServerUnreachable(f"no ready Triton server at {self.url} after {timeout_s:.0f} s; "
-                                        "start one with `trt-spec serve --repo DIR`")
+                raise ServerUnreachable(
+                    f"no ready Triton server at {self.url} after {timeout_s:.0f} s; "
+                    "start one with `trt-spec serve --repo DIR`"
+                )
             time.sleep(0.1)
 
     def generate(self, prompt: str, *, max_tokens: int = 128, **options) -> Iterator[StreamEvent]:

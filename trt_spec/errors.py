@@ -11,9 +11,9 @@ from pathlib import Path
 
 # The errors code inside a Triton model can raise live in the runtime package (the only code a
 # model repository carries); re-exported here so that callers find every error in one module.
-from trt_spec.runtime.errors import GenerationParamsError, TrtSpecError
-
-__all__ = ["GenerationParamsError", "TrtSpecError"]  # and every class below
+from trt_spec.runtime.errors import GenerationParamsError as GenerationParamsError
+from trt_spec.runtime.errors import ModelParametersError as ModelParametersError
+from trt_spec.runtime.errors import TrtSpecError as TrtSpecError
 
 
 class SpecError(TrtSpecError, ValueError):
@@ -142,7 +142,14 @@ class EngineVersionMismatch(TrtSpecError, RuntimeError):
     manifest keys (``tensorrt_llm_version``, ``tensorrt_version``) to the two sides' versions.
     """
 
-    def __init__(self, message: str, *, model: str, engine_versions: dict, runtime_versions: dict):
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str,
+        engine_versions: dict[str, str | None],
+        runtime_versions: dict[str, str | None],
+    ):
         super().__init__(message)
         self.model = model
         self.engine_versions = engine_versions

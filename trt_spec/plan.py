@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from trt_spec.checkpoints.config import ModelInfo, load_model_info
 from trt_spec.errors import PlanError
@@ -31,7 +32,7 @@ class ConvertStep:
     tp_size: int
     dtype: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "revision": self.revision,
@@ -50,7 +51,7 @@ class EnginePlan:
     max_num_tokens: int
     build_argv: tuple[str, ...]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "role": self.role,
             "architecture": self.model.architecture,
@@ -74,7 +75,7 @@ class Plan:
     def engine(self, role: str) -> EnginePlan:
         return {"target": self.target, "draft": self.draft}[role]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "name": self.spec.name,
             "spec_hash": self.spec.content_hash(),
@@ -124,6 +125,8 @@ def _engine_plan(spec: Spec, role: str, model: ModelInfo) -> EnginePlan:
     checkpoint_dir = trtllm_checkpoint_dir(spec, role)
     output_dir = engine_dir(spec, role)
     num_tokens = max_num_tokens(spec)
+    # One flag and its value per line.
+    # fmt: off
     argv = [
         "trtllm-build",
         "--checkpoint_dir", str(checkpoint_dir),
@@ -145,6 +148,7 @@ def _engine_plan(spec: Spec, role: str, model: ModelInfo) -> EnginePlan:
             "--speculative_decoding_mode", "draft_tokens_external",
             "--max_draft_len", str(spec.num_draft_tokens),
         ]
+    # fmt: on
     if spec.speculative.acceptance == "probabilistic":
         # Rejection sampling compares the draft's and the target's distributions at each
         # drafted position. (Never --gather_context_logits on the target: it is incompatible

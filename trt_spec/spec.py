@@ -199,7 +199,7 @@ def _check_model_refs(spec: Spec, path: Path | None) -> None:
             )
 
 
-def _spec_error(exc: ValidationError, data: dict, path: Path | None) -> SpecError:
+def _spec_error(exc: ValidationError, data: dict[str, Any], path: Path | None) -> SpecError:
     errors = exc.errors(include_url=False)
     first = errors[0]
     loc = [str(part) for part in first["loc"]]

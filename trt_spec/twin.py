@@ -14,10 +14,10 @@ from pathlib import Path
 import torch
 
 from trt_spec.errors import GenerationParamsError, PairMismatch
-from trt_spec.spec import Spec
 from trt_spec.runtime.loop import Draft, Generation, GenerationParams
 from trt_spec.runtime.sampling import SamplingParams, greedy_verify, probabilities, rejection_sample, sample
 from trt_spec.runtime.torch_engine import TorchCausalLM
+from trt_spec.spec import Spec
 
 
 class TorchDrafter:

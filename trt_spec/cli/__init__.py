@@ -28,7 +28,7 @@ class _Group(click.Group):
             raise click.ClickException(str(exc)) from None
         except KeyboardInterrupt:
             raise click.exceptions.Abort() from None
-        except Exception as exc:  # noqa: BLE001 - last resort: one line, not a traceback
+        except Exception as exc:  # last resort: one line, not a traceback
             if os.environ.get("TRT_SPEC_DEBUG") == "1":
                 raise
             raise click.ClickException(

@@ -16,7 +16,9 @@ _STATUS_STYLE = {"ok": ("ok", "green"), "warn": ("warn", "yellow"), "fatal": ("F
 
 @click.command()
 @spec_option
-@click.option("--no-progress", is_flag=True, help="Hide download progress bars (or set HF_HUB_DISABLE_PROGRESS_BARS=1).")
+@click.option(
+    "--no-progress", is_flag=True, help="Hide download progress bars (or set HF_HUB_DISABLE_PROGRESS_BARS=1)."
+)
 def download(spec_path: str, no_progress: bool) -> None:
     """Fetch target and draft from the Hugging Face Hub and pin their commits in the lock file.
 

@@ -13,14 +13,19 @@ import click
 DEMO_SPEC = Path(__file__).resolve().parents[2] / "examples" / "pystdlib-demo.yaml"
 DEMO_PROMPTS = (
     "def read_config(path):\n",
-    "class LRUCache:\n    \"\"\"A least-recently-used cache.\"\"\"\n\n    def __init__(self, maxsize=128):\n",
+    'class LRUCache:\n    """A least-recently-used cache."""\n\n    def __init__(self, maxsize=128):\n',
     "import os\n\n\ndef walk_files(top):\n",
 )
 
 
 @click.command()
-@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default=None,
-              help=f"The spec to demonstrate (default: the embedded demo pair, {DEMO_SPEC.name}).")
+@click.option(
+    "--spec",
+    "spec_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help=f"The spec to demonstrate (default: the embedded demo pair, {DEMO_SPEC.name}).",
+)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--keep", is_flag=True, help="Keep the temporary directory (repository and server log).")
 def demo(spec_path, max_tokens, keep) -> None:
@@ -35,8 +40,8 @@ def demo(spec_path, max_tokens, keep) -> None:
     """
     from trt_spec.checkpoints.check import check_pair
     from trt_spec.cli.common import read_spec
-    from trt_spec.plan import make_plan
     from trt_spec.client import SpecClient
+    from trt_spec.plan import make_plan
     from trt_spec.repository.writer import write_repository
     from trt_spec.serving.server import TritonServer
 
@@ -58,8 +63,10 @@ def demo(spec_path, max_tokens, keep) -> None:
 
         step("plan", "engines and memory (what a GPU build would run)")
         plan = make_plan(spec)
-        click.echo(f"  K = {spec.num_draft_tokens}, {spec.speculative.acceptance} acceptance; target build: "
-                   f"{' '.join(plan.target.build_argv[:3])} ... ({len(plan.target.build_argv)} arguments)")
+        click.echo(
+            f"  K = {spec.num_draft_tokens}, {spec.speculative.acceptance} acceptance; target build: "
+            f"{' '.join(plan.target.build_argv[:3])} ... ({len(plan.target.build_argv)} arguments)"
+        )
 
         step("repo", f"torch flavor in {workdir / 'model_repo'}")
         result = write_repository(spec, workdir / "model_repo", "torch", plan=plan)
@@ -68,7 +75,9 @@ def demo(spec_path, max_tokens, keep) -> None:
         step("serve", "Triton on free ports (the CPU server bundled in nvidia-pytriton)")
         started = time.perf_counter()
         server = TritonServer(result.path, ready_timeout_s=300).start()
-        click.echo(f"  ready in {time.perf_counter() - started:.1f} s: grpc {server.grpc_url}, metrics {server.metrics_url}")
+        click.echo(
+            f"  ready in {time.perf_counter() - started:.1f} s: grpc {server.grpc_url}, metrics {server.metrics_url}"
+        )
 
         step("generate", f"{len(DEMO_PROMPTS)} prompts, streamed over gRPC, {max_tokens} new tokens at most")
         totals = {"spec": [0, 0.0], "plain": [0, 0.0]}
@@ -93,7 +102,8 @@ def demo(spec_path, max_tokens, keep) -> None:
                 click.secho(
                     f"  [{tokens} tokens, {tokens / seconds:.0f} tokens/s, acceptance "
                     f"{last.acceptance_rate if last else 0:.2f}, {tokens / max(last.num_target_calls if last else 1, 1):.2f} "
-                    f"tokens per target call]", dim=True,
+                    f"tokens per target call]",
+                    dim=True,
                 )
                 began = time.perf_counter()
                 plain = list(client.generate(prompt, max_tokens=max_tokens, num_draft_tokens=0))

@@ -13,9 +13,9 @@ import time
 import click
 
 from trt_spec.cli.common import read_spec
+from trt_spec.client import DEFAULT_URL
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 from trt_spec.spec import Spec
-from trt_spec.client import DEFAULT_URL
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -23,24 +23,43 @@ DEVICES = ("auto", "cpu", "cuda")
 def mode_options(command):
     """``--url`` | ``--local --spec F`` and the engine options of the local mode."""
     options = [
-        click.option("--url", metavar="HOST:PORT", default=None,
-                     help=f"A Triton server running the repository (gRPC); the default, at {DEFAULT_URL}."),
-        click.option("--local", is_flag=True,
-                     help="Run in-process on the spec's checkpoints (the PyTorch twin)."),
-        click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default=None,
-                     help="The deployment spec (YAML); needed with --local."),
-        click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
-                     help="--local: where the models run (auto: CUDA when present)."),
-        click.option("--runner", type=click.Choice(("auto", "llama", "hf")), default="auto", show_default=True,
-                     help="--local: the forward pass: a lean Llama one (auto, for Llama models) or "
-                          "Hugging Face's own (hf)."),
+        click.option(
+            "--url",
+            metavar="HOST:PORT",
+            default=None,
+            help=f"A Triton server running the repository (gRPC); the default, at {DEFAULT_URL}.",
+        ),
+        click.option("--local", is_flag=True, help="Run in-process on the spec's checkpoints (the PyTorch twin)."),
+        click.option(
+            "--spec",
+            "spec_path",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help="The deployment spec (YAML); needed with --local.",
+        ),
+        click.option(
+            "--device",
+            type=click.Choice(DEVICES),
+            default="auto",
+            show_default=True,
+            help="--local: where the models run (auto: CUDA when present).",
+        ),
+        click.option(
+            "--runner",
+            type=click.Choice(("auto", "llama", "hf")),
+            default="auto",
+            show_default=True,
+            help="--local: the forward pass: a lean Llama one (auto, for Llama models) or Hugging Face's own (hf).",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
     return command
 
 
-def choose_mode(url: str | None, local: bool, spec_path: str | None, *, spec_with_url: bool = False) -> tuple[str | None, Spec | None]:
+def choose_mode(
+    url: str | None, local: bool, spec_path: str | None, *, spec_with_url: bool = False
+) -> tuple[str | None, Spec | None]:
     """(url, None) for a server run, (None, spec) for ``--local``; fails early, naming the
     alternative. ``spec_with_url``: the command also takes ``--spec`` beside ``--url``."""
     if url and local:
@@ -63,22 +82,46 @@ def load_twin(spec: Spec, device: str, runner: str):
 @click.command()
 @click.argument("prompt")
 @mode_options
-@click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True,
-              help="Stop after this many new tokens.")
+@click.option(
+    "--max-tokens", type=click.IntRange(min=1), default=128, show_default=True, help="Stop after this many new tokens."
+)
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy.")
 @click.option("--top-k", type=int, default=0, show_default=True, help="0 = the whole vocabulary.")
 @click.option("--top-p", type=float, default=1.0, show_default=True, help="1 = the whole vocabulary.")
-@click.option("-k", "--num-draft-tokens", type=click.IntRange(0, MAX_DRAFT_TOKENS), default=None,
-              help="K, draft tokens per step; default: the spec's (the server's); 0 = plain target decoding.")
-@click.option("--adaptive/--fixed", default=None,
-              help="Choose K each step from the running acceptance and step times, up to K "
-                   "(`trt-spec bench` measures both); --fixed drafts K every step. Default: adaptive "
-                   "with --local, the repository's default with --url.")
+@click.option(
+    "-k",
+    "--num-draft-tokens",
+    type=click.IntRange(0, MAX_DRAFT_TOKENS),
+    default=None,
+    help="K, draft tokens per step; default: the spec's (the server's); 0 = plain target decoding.",
+)
+@click.option(
+    "--adaptive/--fixed",
+    default=None,
+    help="Choose K each step from the running acceptance and step times, up to K "
+    "(`trt-spec bench` measures both); --fixed drafts K every step. Default: adaptive "
+    "with --local, the repository's default with --url.",
+)
 @click.option("--seed", type=int, default=None, help="Seed the sampling (temperature > 0).")
-@click.option("--stop", "stop_texts", multiple=True, metavar="TEXT",
-              help="Stop after this text (tokenized; repeatable).")
-def generate(prompt, url, local, spec_path, device, runner, max_tokens, temperature, top_k, top_p,
-             num_draft_tokens, adaptive, seed, stop_texts) -> None:
+@click.option(
+    "--stop", "stop_texts", multiple=True, metavar="TEXT", help="Stop after this text (tokenized; repeatable)."
+)
+def generate(
+    prompt,
+    url,
+    local,
+    spec_path,
+    device,
+    runner,
+    max_tokens,
+    temperature,
+    top_k,
+    top_p,
+    num_draft_tokens,
+    adaptive,
+    seed,
+    stop_texts,
+) -> None:
     """Stream a completion of PROMPT ('-' reads stdin) to stdout; acceptance stats to stderr.
 
     Verification is exact whatever the spec's `acceptance`: greedy at temperature 0; above it,
@@ -94,12 +137,33 @@ def generate(prompt, url, local, spec_path, device, runner, max_tokens, temperat
     if prompt == "-":
         prompt = sys.stdin.read()
     if url is not None:
-        _generate_remote(url, prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                         num_draft_tokens=num_draft_tokens, adaptive_draft=adaptive, seed=seed,
-                         stop_words=list(stop_texts))
+        _generate_remote(
+            url,
+            prompt,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            num_draft_tokens=num_draft_tokens,
+            adaptive_draft=adaptive,
+            seed=seed,
+            stop_words=list(stop_texts),
+        )
         return
-    _generate_local(spec, device, runner, prompt, max_tokens, temperature, top_k, top_p, num_draft_tokens,
-                    True if adaptive is None else adaptive, seed, stop_texts)
+    _generate_local(
+        spec,
+        device,
+        runner,
+        prompt,
+        max_tokens,
+        temperature,
+        top_k,
+        top_p,
+        num_draft_tokens,
+        True if adaptive is None else adaptive,
+        seed,
+        stop_texts,
+    )
 
 
 def _generate_remote(url: str, prompt: str, **options) -> None:
@@ -129,8 +193,9 @@ def format_remote_stats(event, seconds: float) -> str:
     )
 
 
-def _generate_local(spec, device, runner, prompt, max_tokens, temperature, top_k, top_p, num_draft_tokens,
-                    adaptive, seed, stop_texts) -> None:
+def _generate_local(
+    spec, device, runner, prompt, max_tokens, temperature, top_k, top_p, num_draft_tokens, adaptive, seed, stop_texts
+) -> None:
     from trt_spec.runtime.loop import GenerationParams
     from trt_spec.runtime.text import IncrementalDetokenizer
 

@@ -16,8 +16,14 @@ from trt_spec.plan import Plan, make_plan
 
 
 @click.command()
-@click.option("-o", "--output", default="spec.yaml", show_default=True, type=click.Path(dir_okay=False),
-              help="Where to write the spec.")
+@click.option(
+    "-o",
+    "--output",
+    default="spec.yaml",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the spec.",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def init(output: str, force: bool) -> None:
     """Write an annotated spec to edit.
@@ -68,7 +74,10 @@ def render_plan(the_plan: Plan, spec_path: str) -> str:
             f"{mem.kv_bytes_per_token / 1024:>8.1f} KiB {format_bytes(mem.activation_bytes):>12} "
             f"{memory.kv_tokens:>10,}  {engine.model.source}"
         )
-    lines += ["", f"{'GPU':<4} {'capacity':>12} {'target':>12} {'draft':>12} {'KV cache':>12} {'headroom':>10} {'unused':>12}"]
+    lines += [
+        "",
+        f"{'GPU':<4} {'capacity':>12} {'target':>12} {'draft':>12} {'KV cache':>12} {'headroom':>10} {'unused':>12}",
+    ]
     for gpu in memory.gpus:
         lines.append(
             f"{gpu.index:<4} {format_bytes(gpu.capacity):>12} {format_bytes(gpu.target_fixed):>12} "
@@ -84,12 +93,12 @@ def render_plan(the_plan: Plan, spec_path: str) -> str:
     return "\n".join(lines)
 
 
-
-
 def render_steps(the_plan: Plan, spec_path: str) -> list[str]:
     """The copy-pasteable commands of a plan: one conversion, then one trtllm-build per engine."""
-    lines = ["# 1. convert both HF checkpoints to TensorRT-LLM checkpoints (CPU; skipped when up to date)",
-             f"trt-spec convert --spec {shlex.quote(spec_path)}"]
+    lines = [
+        "# 1. convert both HF checkpoints to TensorRT-LLM checkpoints (CPU; skipped when up to date)",
+        f"trt-spec convert --spec {shlex.quote(spec_path)}",
+    ]
     for role in ("target", "draft"):
         convert = the_plan.engine(role).convert
         lines.append(f"#    {role}: {convert.source} -> {convert.output_dir} (tp {convert.tp_size}, {convert.dtype})")
