@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -179,6 +180,8 @@ def _fake_engine(spec, role: str, **build_overrides) -> Path:
     }
     build.update(build_overrides)
     pretrained = {"architecture": "LlamaForCausalLM", "vocab_size": build.pop("vocab_size", 4096)}
+    if "logits_dtype" in build:
+        pretrained["logits_dtype"] = build.pop("logits_dtype")
     (directory / "config.json").write_text(
         json.dumps({"version": "1.2.0", "pretrained_config": pretrained, "build_config": build})
     )
@@ -233,6 +236,13 @@ def test_probabilistic_acceptance_needs_generation_logits(tmp_path, monkeypatch)
     _fake_engine(spec, "draft")
     _fake_engine(spec, "target", gather_generation_logits=False)
     with pytest.raises(EngineMismatchError, match="gather_generation_logits"):
+        write_repository(spec, tmp_path / "repo", "tensorrtllm")
+    # draft_logits and generation_logits travel as FP32: an engine with FP16 logits is refused.
+    for role in ("target", "draft"):
+        shutil.rmtree(engine_dir(spec, role))
+    _fake_engine(spec, "draft", logits_dtype="float16")
+    _fake_engine(spec, "target")
+    with pytest.raises(EngineMismatchError, match="logits_dtype"):
         write_repository(spec, tmp_path / "repo", "tensorrtllm")
 
 

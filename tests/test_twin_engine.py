@@ -435,3 +435,55 @@ def test_loop_parameters_from_the_config():
     expected = r"tensorrt_llm_bls: .*'use_draft_logits'.*'acceptance'.*trt-spec repo"
     with pytest.raises(ModelParametersError, match=expected):
         LoopParameters.from_config(config)
+
+
+# --- what TensorRT-LLM's backend requires of the loop (trtllm_emulator.py enforces it too) --------
+
+
+class RecordingEngines(LocalEngines):
+    """Also records what each call requested."""
+
+    def __init__(self, target: TwinEngine, draft: TwinEngine):
+        super().__init__(target, draft)
+        self.requested: list[tuple[str, list[str]]] = []
+
+    async def infer(self, model, inputs, outputs):
+        self.requested.append((model, list(outputs)))
+        return await super().infer(model, inputs, outputs)
+
+
+def test_every_engine_call_requests_sequence_length_and_carries_end_pad_and_stop_words(models):
+    engines = RecordingEngines(*twin_engines(models))
+    stop = [[5, 6], [2, -1]]
+    run(engines, loop_inputs(PROMPT, temperature=1.0, seed=3, stop_words=stop), loop_parameters(use_draft_logits=True))
+    assert engines.requested and all(
+        {T.OUTPUT_IDS.name, T.SEQUENCE_LENGTH.name} <= set(outputs) for _, outputs in engines.requested
+    )
+    for _, inputs in engines.calls:  # both engines, as TensorRT-LLM's own BLS model sends them
+        assert inputs[T.END_ID.name].tolist() == [[1]] and inputs[T.PAD_ID.name].tolist() == [[0]]
+        assert inputs[T.STOP_WORDS_LIST.name].tolist() == [stop]
+
+
+def test_draft_logits_sent_are_the_distribution_the_draft_sampled_from():
+    from trt_spec.runtime.sampling import SamplingParams, probabilities
+
+    raw = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 3
+    sampling = SamplingParams(temperature=0.6, top_k=10, top_p=0.8)
+    sent = torch.from_numpy(bls.draft_distribution_logits(raw.numpy(), sampling))
+    q = probabilities(raw, sampling)
+    # The target takes softmax(draft_logits) as the draft's distribution, with nothing applied.
+    torch.testing.assert_close(sent.softmax(dim=-1), q, atol=1e-6, rtol=1e-5)
+    assert (sent.softmax(dim=-1)[q == 0] == 0).all() and torch.isfinite(sent).all()
+
+
+def test_sampled_request_without_draft_logits_is_plain_decoding(models):
+    # Token matching after a rejection is biased on TensorRT-LLM's engines (bls.py docstring):
+    # without draft logits a sampled request sends no drafts; a greedy one still speculates.
+    engines = LocalEngines(*twin_engines(models))
+    state = run(
+        engines, loop_inputs(PROMPT, temperature=0.8, seed=1, end_id=-1), loop_parameters(use_draft_logits=False)
+    )
+    assert state.stats.drafted_tokens == 0 and not any(model == T.DRAFT for model, _ in engines.calls)
+    engines = LocalEngines(*twin_engines(models))
+    state = run(engines, loop_inputs(PROMPT, end_id=-1), loop_parameters(use_draft_logits=False))
+    assert state.stats.drafted_tokens > 0

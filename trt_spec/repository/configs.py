@@ -45,6 +45,9 @@ MAX_KV_FRACTION = 0.95
 # guaranteed_no_evict: a request admitted to the batch always has KV blocks to finish, so a
 # verifying target is never paused between draft and verify.
 BATCH_SCHEDULER_POLICY = "guaranteed_no_evict"
+# The engines' logits dtype, as TensorRT-LLM's checkpoint config names it: generation_logits and
+# draft_logits are declared FP32 (tensors.py).
+LOGITS_DTYPE = "float32"
 
 
 @dataclass(frozen=True)
@@ -226,6 +229,13 @@ def check_engines(plan: Plan, settings: RepositorySettings) -> list[str]:
             )
         if settings.acceptance == "probabilistic" and not _gathers_generation_logits(build):
             refuse("build_config.gather_generation_logits", False, True, "speculative.acceptance: probabilistic")
+        # The backend copies draft_logits and returns generation_logits without converting dtypes:
+        # both must be the engine's logits dtype, which our configs declare as FP32.
+        logits_dtype = pretrained.get("logits_dtype", LOGITS_DTYPE)
+        if settings.acceptance == "probabilistic" and logits_dtype != LOGITS_DTYPE:
+            refuse(
+                "pretrained_config.logits_dtype", logits_dtype, LOGITS_DTYPE, "speculative.acceptance: probabilistic"
+            )
         vocab[role] = pretrained.get("vocab_size")
         if vocab[role] != settings.vocab_size:
             refuse("pretrained_config.vocab_size", vocab[role], settings.vocab_size, f"{role}.model (its config.json)")
@@ -393,6 +403,9 @@ def engine_config(settings: RepositorySettings, role: str) -> ModelConfig:
             # Needs the workers pre-started by mpirun (participant_ids); trt-spec serve lets the
             # backend spawn them (trt_spec/serving/trtllm.py), so the logits go through the host.
             speculative_decoding_fast_logits=False,
+            tokenizer_dir="",  # the three guided-decoding keys: required, empty = off
+            xgrammar_tokenizer_info_path="",
+            guided_decoding_backend="",
         ).to_config(),
     }
     return to_model_config(config)

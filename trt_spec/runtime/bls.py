@@ -8,7 +8,31 @@ cancellation check; tests drive the same code against in-process engines.
 Per iteration: the draft engine is asked for K tokens (``request_output_len`` = K; it may return
 fewer, e.g. after ``end_id``), the target for ``request_output_len`` = len(drafts) + 1 with
 ``draft_input_ids`` (and ``draft_logits`` when the loop's ``use_draft_logits`` parameter is set and
-the request samples); the target's answer is committed to the state. The loop model's config
+the request samples); the target's answer is committed to the state. Both engines get the
+request's ``end_id``, ``pad_id`` and stop words, as TensorRT-LLM's own BLS model sends them
+(``triton_backend/all_models/inflight_batcher_llm/tensorrt_llm_bls/1/lib/triton_decoder.py``,
+``_get_llm_tensors_from_request``), so the target stops where the draft does.
+
+What TensorRT-LLM 1.2.x's backend and its external-draft-tokens layer do, and what follows here
+(each rule is also enforced by ``trtllm_emulator.py``):
+
+- a target call with drafts runs ONE verification step and returns the accepted drafts plus one
+  token, whatever ``request_output_len`` says (``cpp/tensorrt_llm/batch_manager/
+  trtGptModelInflightBatching.cpp``, ``updateRequests``: a draft_tokens_external request with
+  draft tokens is terminated after its step), so len(drafts) + 1 costs nothing extra;
+- every response must request ``output_ids`` AND ``sequence_length`` or it is an error
+  (``triton_backend/inflight_batcher_llm/src/model_instance_state.cc``, ``fillTritonResponse``);
+- with ``draft_logits`` the target takes the draft's distribution as softmax(draft_logits), with
+  no temperature, top-k or top-p (``cpp/tensorrt_llm/layers/externalDraftTokensLayer.cpp``,
+  ``acceptDraftTokens``), while the draft engine's ``generation_logits`` are its raw logits
+  (``cpp/tensorrt_llm/batch_manager/handleGenerationLogits.cpp``): the loop therefore sends the
+  log of the distribution the draft actually sampled from (:func:`draft_distribution_logits`);
+- without ``draft_logits`` the target accepts a draft when its own sample equals it, but after a
+  rejection draws a fresh token from its distribution instead of keeping that sample
+  (``externalDraftTokensKernels.cu``, ``acceptDraftTokensKernel`` and the layer's
+  ``multinomialSampling``), which biases sampled output toward the draft token: a sampled
+  request on engines without generation logits is decoded plainly (K = 0); greedy requests
+  (exact token matching) speculate as usual. The loop model's config
 parameters are :class:`~trt_spec.runtime.parameters.LoopParameters` (``settings`` below). We never send
 ``draft_acceptance_threshold``: a threshold makes acceptance inexact. Each engine call gets its
 own seed derived from the request's (:func:`~trt_spec.runtime.loop.call_seed`); a request
@@ -24,13 +48,16 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import torch
 
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.errors import GenerationParamsError
-from trt_spec.runtime.loop import GenerationParams, LoopState, call_seed
+from trt_spec.runtime.loop import PLAIN_DECODING, GenerationParams, LoopState, call_seed
 from trt_spec.runtime.parameters import LoopParameters
+from trt_spec.runtime.sampling import GREEDY_TEMPERATURE, SamplingParams, probabilities
 
 _SEED_BITS = 63
+MASKED_LOGIT = -1e30  # a softmax weight of exactly 0 in float32, the draft_logits dtype
 
 
 class EngineCallError(RuntimeError):
@@ -55,6 +82,8 @@ class LoopRequest:
     prompt: list[int]
     params: GenerationParams
     end_id: int
+    pad_id: int
+    stop_words_list: np.ndarray  # [1, 2, L]: TensorRT-LLM's format, sent to both engines as it came
     seed: int
     stream: bool
 
@@ -83,24 +112,29 @@ def read_loop_request(inputs: Mapping[str, np.ndarray], settings: LoopParameters
             f"num_draft_tokens must be at most the target engine's max_draft_len {settings.max_draft_len}; "
             f"got {num_draft_tokens}"
         )
+    temperature = float(_value(inputs, T.ENGINE_TEMPERATURE.name))
+    if temperature != GREEDY_TEMPERATURE and not settings.use_draft_logits:
+        num_draft_tokens = PLAIN_DECODING  # token matching is not exact on the engines (docstring)
     adaptive = _value(inputs, T.ADAPTIVE_DRAFT.name)
     adaptive = settings.adaptive_draft if adaptive is None else bool(adaptive)
-    stop_words = inputs.get(T.STOP_WORDS_LIST.name)
+    stop_words = inputs[T.STOP_WORDS_LIST.name]
     params = GenerationParams(
         max_new_tokens=int(_value(inputs, T.REQUEST_OUTPUT_LEN.name)),
-        temperature=float(_value(inputs, T.ENGINE_TEMPERATURE.name)),
+        temperature=temperature,
         top_k=int(_value(inputs, T.RUNTIME_TOP_K.name)),
         top_p=float(_value(inputs, T.RUNTIME_TOP_P.name)),
         num_draft_tokens=num_draft_tokens,
         adaptive_draft=adaptive and num_draft_tokens > 0,
         eos_token_ids=frozenset({end_id}),
-        stop_sequences=() if stop_words is None else T.stop_words_from_list(stop_words[0].tolist()),
+        stop_sequences=T.stop_words_from_list(stop_words[0].tolist()),
     )
     seed = _value(inputs, T.SEED.name)
     return LoopRequest(
         prompt=[int(token) for token in input_ids[:length]],
         params=params,
         end_id=end_id,
+        pad_id=int(_value(inputs, T.PAD_ID.name)),
+        stop_words_list=np.ascontiguousarray(stop_words.reshape(1, 2, -1), dtype=np.int32),
         seed=random.SystemRandom().getrandbits(_SEED_BITS) if seed is None else int(seed),
         stream=bool(_value(inputs, T.STREAMING.name)),
     )
@@ -122,23 +156,24 @@ def engine_inputs(
     draft_tokens: Sequence[int] = (),
     draft_logits: np.ndarray | None = None,
     return_logits: bool = False,
-    end_id: bool = False,
 ) -> dict[str, np.ndarray]:
     """One engine call's inputs by TensorRT-LLM name: only what the call needs, since every
     tensor costs a shared-memory copy on each hop of a BLS call (~40 us each on a CPU).
 
-    Greedy sends no sampling inputs (both TensorRT-LLM and the twin decode greedily without
-    them); sampling sends temperature, top-k, top-p and the call's seed. ``end_id`` goes to the
-    draft, so it stops drafting at the end of the sequence; the loop itself ends the request at
-    EOS, whatever the target returns after it. ``exclude_input_in_output`` is the engine models'
-    configured default (the tensorrtllm configs set it; the twin's default is the same)."""
+    Greedy sends no sampling inputs (TensorRT-LLM decodes greedily when neither runtime_top_k nor
+    runtime_top_p is sent, whatever the temperature; the twin likewise); sampling sends
+    temperature, top-k, top-p and the call's seed. ``end_id``, ``pad_id`` and the stop words go to
+    both engines, as TensorRT-LLM's own BLS model sends them: without ``end_id`` TensorRT-LLM
+    never stops at EOS. ``exclude_input_in_output`` is the engine models' configured default (the
+    tensorrtllm configs set it; the twin's default is the same)."""
     inputs = {
         T.INPUT_IDS.name: np.array([sequence], dtype=np.int32),  # [1, L]
         T.INPUT_LENGTHS.name: _scalar(len(sequence), np.int32),
         T.REQUEST_OUTPUT_LEN.name: _scalar(request_output_len, np.int32),
+        T.END_ID.name: _scalar(request.end_id, np.int32),
+        T.PAD_ID.name: _scalar(request.pad_id, np.int32),
+        T.STOP_WORDS_LIST.name: request.stop_words_list,  # [1, 2, L]
     }
-    if end_id:
-        inputs[T.END_ID.name] = _scalar(request.end_id, np.int32)
     sampling = request.params.sampling
     if not sampling.greedy:
         inputs[T.ENGINE_TEMPERATURE.name] = _scalar(sampling.temperature, np.float32)
@@ -231,13 +266,13 @@ async def run_loop(
                     num_draft_tokens,
                     seed_of(call_index),
                     return_logits=want_logits,
-                    end_id=True,
                 ),
                 _requested(want_logits),
             )
             draft_tokens = output_tokens(outputs, settings.draft_model)[:num_draft_tokens]
             if want_logits and draft_tokens:
-                draft_logits = _draft_logits(outputs, len(draft_tokens), settings.draft_model)
+                raw = _draft_logits(outputs, len(draft_tokens), settings.draft_model)
+                draft_logits = draft_distribution_logits(raw, request.params.sampling)
         call_index += 1
         drafted = clock()
         outputs = await engines.infer(
@@ -269,11 +304,21 @@ async def run_loop(
 
 
 def _requested(logits: bool) -> list[str]:
-    # Not sequence_length: with one beam and exclude_input_in_output, output_ids holds exactly the
-    # new tokens (any padding after end_id would end the request at that end_id anyway), and
-    # each tensor costs a shared-memory copy per hop.
-    names = [T.OUTPUT_IDS.name]
+    # TensorRT-LLM's backend answers with an error unless both output_ids and sequence_length are
+    # requested (model_instance_state.cc, fillTritonResponse).
+    names = [T.OUTPUT_IDS.name, T.SEQUENCE_LENGTH.name]
     return names + [T.GENERATION_LOGITS.name] if logits else names
+
+
+def draft_distribution_logits(raw_logits: np.ndarray, sampling: SamplingParams) -> np.ndarray:
+    """``draft_logits`` for the target: logits whose plain softmax is the distribution the draft
+    sampled its tokens from (temperature, top-k and top-p applied to its raw logits ``[k, V]``),
+    since TensorRT-LLM's target applies none of them to what it is sent (module docstring).
+    Tokens the draft could not draw get a large negative logit, not -inf (no inf - inf in a
+    softmax kernel)."""
+    probs = probabilities(torch.from_numpy(raw_logits), sampling)  # [k, V]
+    logits = torch.where(probs > 0, probs.log(), torch.full_like(probs, MASKED_LOGIT))
+    return np.ascontiguousarray(logits.numpy(), dtype=np.float32)  # [k, V]
 
 
 def _draft_logits(outputs: Mapping[str, np.ndarray], num_tokens: int, model: str) -> np.ndarray:

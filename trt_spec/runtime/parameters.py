@@ -166,3 +166,8 @@ class TensorrtLlmParameters(ModelParameters):
     exclude_input_in_output: bool
     gpu_device_ids: str  # comma-separated device numbers
     speculative_decoding_fast_logits: bool
+    # Read with no default (a config without them fails to load), "" = no guided decoding:
+    # triton_backend/inflight_batcher_llm/src/model_instance_state.cc, getGuidedDecodingConfigFromParams.
+    tokenizer_dir: str
+    xgrammar_tokenizer_info_path: str
+    guided_decoding_backend: str

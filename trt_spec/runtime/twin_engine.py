@@ -9,8 +9,10 @@ both flavors:
 - the **target**, given ``draft_input_ids``, scores the sequence plus all drafts in ONE forward
   pass and returns the accepted drafts plus one token, as TensorRT-LLM's external-draft-tokens
   mode does: with ``draft_logits`` by rejection sampling (probabilistic acceptance), without them
-  by token matching (greedy at temperature 0). Without drafts it decodes up to
-  ``request_output_len`` tokens.
+  by token matching (greedy at temperature 0). As there, the draft's distribution is the plain
+  softmax of the ``draft_logits`` it is sent (TensorRT-LLM's ``externalDraftTokensLayer.cpp``
+  applies no temperature, top-k or top-p to them: the loop sends processed logits). Without
+  drafts it decodes up to ``request_output_len`` tokens.
 
 Sampling follows TensorRT-LLM's inputs: greedy when ``runtime_top_k`` is 1, ``temperature`` is 0,
 or none of ``temperature``/``runtime_top_k``/``runtime_top_p`` is sent (its default); otherwise
@@ -58,7 +60,7 @@ class EngineRequest:
     sequence: list[int]
     request_output_len: int
     draft_tokens: list[int]
-    draft_logits: torch.Tensor | None  # [k, V], raw
+    draft_logits: torch.Tensor | None  # [k, V]: softmax(draft_logits) is the draft's distribution
     end_id: int | None
     sampling: SamplingParams
     seed: int | None
@@ -252,7 +254,7 @@ class TwinEngine:
         else:
             target_probs = probabilities(target_logits, sampling)  # [k + 1, V]
             if request.draft_logits is not None:
-                draft_probs = probabilities(request.draft_logits, sampling)  # [k, V]
+                draft_probs = request.draft_logits.softmax(dim=-1)  # [k, V], as given (docstring)
                 emitted = rejection_sample(drafts, draft_probs, target_probs, generator)
             else:
                 emitted = token_match_verify(drafts, target_probs, generator)
