@@ -3,8 +3,10 @@ SIGTERM or Ctrl-C."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -50,6 +52,20 @@ def _raise_stop(signum, frame) -> None:
     help="Start even when an engine has no manifest or its manifest names other TensorRT-LLM/TensorRT "
     "versions than this runtime's (engines built by hand; a runtime you know loads them).",
 )
+@click.option(
+    "--emulate-tensorrtllm",
+    is_flag=True,
+    help="Serve a tensorrtllm-flavor repository on CPU: its engine models run in an emulator of "
+    "TensorRT-LLM's backend, on the engines the spec's plan would build (needs --spec). The repository "
+    "is not modified; a copy in a temporary directory is served.",
+)
+@click.option(
+    "--spec",
+    "spec_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="With --emulate-tensorrtllm: the deployment spec (YAML) the repository was written from.",
+)
 def serve(
     repo: str,
     host: str,
@@ -58,6 +74,8 @@ def serve(
     metrics_port: int,
     ready_timeout: float,
     skip_version_check: bool,
+    emulate_tensorrtllm: bool,
+    spec_path: str | None,
 ) -> None:
     """Run Triton on REPO until SIGTERM or Ctrl-C.
 
@@ -70,27 +88,71 @@ def serve(
     (their manifest.json says), and Triton runs in the backend's orchestrator mode, so a
     multi-GPU target and its draft share one server.
 
+    With --emulate-tensorrtllm (and --spec), a tensorrtllm-flavor repository is served on CPU: a
+    copy of it in a temporary directory (removed at stop) runs each engine model in the python
+    backend through an emulator of TensorRT-LLM's C++ backend, with the config as written; the
+    engine-directory and version checks and orchestrator mode do not apply.
+
     \b
-    Example:
+    Examples:
       trt-spec serve --repo model_repo
+      trt-spec serve --repo model_repo --emulate-tensorrtllm --spec examples/pystdlib-demo.yaml
     """
     if len({grpc_port, http_port, metrics_port}) != 3:
         raise click.UsageError(
             f"--grpc-port, --http-port and --metrics-port must differ; got {grpc_port}, {http_port}, {metrics_port}"
         )
-    engines = engine_models(repo)
-    require_engine_server(Path(repo), engines)
-    for warning in check_engines(engines, installed_versions(), compare_versions=not skip_version_check):
-        click.echo(f"warning: {warning}", err=True)
-    server = TritonServer(
-        repo,
-        host=host,
-        http_port=http_port,
-        grpc_port=grpc_port,
-        metrics_port=metrics_port,
-        ready_timeout_s=ready_timeout,
-    )
+    if emulate_tensorrtllm and spec_path is None:
+        raise click.UsageError(
+            "--emulate-tensorrtllm needs the spec the repository was written from: add --spec F "
+            "(e.g. --spec examples/pystdlib-demo.yaml)"
+        )
+    if spec_path is not None and not emulate_tensorrtllm:
+        raise click.UsageError(
+            "--spec is only read with --emulate-tensorrtllm: add --emulate-tensorrtllm, or drop --spec"
+        )
+    if not emulate_tensorrtllm:  # emulated: the backend emulator checks the engine models' configs itself
+        engines = engine_models(repo)
+        require_engine_server(Path(repo), engines)
+        for warning in check_engines(engines, installed_versions(), compare_versions=not skip_version_check):
+            click.echo(f"warning: {warning}", err=True)
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    workdir = None
+    try:
+        served = Path(repo)
+        if emulate_tensorrtllm:
+            from trt_spec.serving.emulation import emulated_models, emulated_repository
+
+            workdir = Path(tempfile.mkdtemp(prefix="trt-spec-emulated-"))
+            served = emulated_repository(served, read_spec(spec_path), workdir)
+            click.echo(
+                f"note: {', '.join(emulated_models(served))}: the TensorRT-LLM engines are emulated on CPU "
+                "(the spec's checkpoints in the backend emulator); engine directories, versions and orchestrator "
+                "mode are not checked",
+                err=True,
+            )
+        _serve(
+            TritonServer(
+                served,
+                host=host,
+                http_port=http_port,
+                grpc_port=grpc_port,
+                metrics_port=metrics_port,
+                ready_timeout_s=ready_timeout,
+            )
+        )
+    except _Stop:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    click.echo("stopped", err=True)
+
+
+def _serve(server: TritonServer) -> None:
+    """Start ``server``, print the ready line, and run until a signal (raises _Stop) or its exit."""
     try:
         server.start()
         click.echo(f"ready grpc={server.grpc_url} http={server.http_url} metrics={server.metrics_url}")
@@ -100,13 +162,8 @@ def serve(
         message = f"tritonserver exited with code {code}: {server.log_errors()}"
         server.stop(keep_log=True)
         raise ServerError(message)
-    except _Stop:
-        pass
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         server.stop()
-    click.echo("stopped", err=True)
 
 
 @click.command()

@@ -64,6 +64,13 @@ def source_dir(model: str, flavor: str) -> Path:
     return MODELS_SOURCE_DIR / SHARED_SOURCES.get((model, flavor), model)
 
 
+def copy_runtime(version_dir: Path) -> None:
+    """Put the runtime package beside a python model's ``model.py``: ``<version_dir>/trt_spec/runtime/``."""
+    version_dir = Path(version_dir)
+    shutil.copytree(RUNTIME_DIR, version_dir / RUNTIME_COPY, ignore=shutil.ignore_patterns(*RUNTIME_COPY_IGNORE))
+    (version_dir / RUNTIME_COPY.parent / "__init__.py").write_text(RUNTIME_COPY_PACKAGE_FILE)
+
+
 def target_tokenizer_dir(spec: Spec) -> Path:
     """The target checkpoint's folder (a local directory, or the downloaded snapshot)."""
     local = spec.target.local_dir(spec.source_dir)
@@ -139,8 +146,7 @@ def write_repository(
             version = partial / name / "1"
             version.mkdir(parents=True)
             shutil.copy2(source_dir(name, flavor) / "model.py", version / "model.py")
-            shutil.copytree(RUNTIME_DIR, version / RUNTIME_COPY, ignore=shutil.ignore_patterns(*RUNTIME_COPY_IGNORE))
-            (version / RUNTIME_COPY.parent / "__init__.py").write_text(RUNTIME_COPY_PACKAGE_FILE)
+            copy_runtime(version)
             if name in TOKENIZER_MODELS:
                 (version / configs.TOKENIZER_SUBDIR).mkdir()
                 for path in tokenizer_files:
