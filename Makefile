@@ -15,7 +15,7 @@ VENV ?= .venv
 VENV_FLAGS ?=
 # A CPU build of torch; empty to keep the torch already installed (e.g. in a GPU container).
 TORCH ?= torch==2.13.0
-EXTRAS ?= triton,bench,test,lint
+EXTRAS ?= triton,bench,test,lint,openai
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 TRT_SPEC := $(VENV)/bin/trt-spec

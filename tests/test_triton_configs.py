@@ -63,33 +63,86 @@ def test_every_written_config_parses_back(demo_spec, tmp_path, flavor):
     assert {name for name in written if (tmp_path / "repo" / name / "1" / "model.py").is_file()} == python_models
 
 
+# TensorRT-LLM 1.2.x's ensemble (triton_backend/all_models/inflight_batcher_llm/ensemble/config.pbtxt):
+# name, data type, dims, and whether the input is required; then ours.
+TRTLLM_ENSEMBLE_INPUTS = [
+    ("text_input", "TYPE_STRING", [1], True),
+    ("decoder_text_input", "TYPE_STRING", [1], False),
+    ("max_tokens", "TYPE_INT32", [1], True),
+    ("num_return_sequences", "TYPE_INT32", [1], False),
+    ("bad_words", "TYPE_STRING", [-1], False),
+    ("stop_words", "TYPE_STRING", [-1], False),
+    ("exclude_input_in_output", "TYPE_BOOL", [1], False),
+    ("end_id", "TYPE_INT32", [1], False),
+    ("pad_id", "TYPE_INT32", [1], False),
+    ("top_k", "TYPE_INT32", [1], False),
+    ("top_p", "TYPE_FP32", [1], False),
+    ("temperature", "TYPE_FP32", [1], False),
+    ("length_penalty", "TYPE_FP32", [1], False),
+    ("repetition_penalty", "TYPE_FP32", [1], False),
+    ("min_tokens", "TYPE_INT32", [1], False),
+    ("presence_penalty", "TYPE_FP32", [1], False),
+    ("frequency_penalty", "TYPE_FP32", [1], False),
+    ("seed", "TYPE_UINT64", [1], False),
+    ("return_log_probs", "TYPE_BOOL", [1], False),
+    ("return_context_logits", "TYPE_BOOL", [1], False),
+    ("return_generation_logits", "TYPE_BOOL", [1], False),
+    ("return_perf_metrics", "TYPE_BOOL", [1], False),
+    ("return_num_input_tokens", "TYPE_BOOL", [1], False),
+    ("return_num_output_tokens", "TYPE_BOOL", [1], False),
+    ("beam_width", "TYPE_INT32", [1], False),
+    ("stream", "TYPE_BOOL", [1], False),
+    ("prompt_embedding_table", "TYPE_FP16", [-1, -1], False),
+    ("prompt_table_extra_id", "TYPE_UINT64", [1], False),
+    ("prompt_vocab_size", "TYPE_INT32", [1], False),
+    ("embedding_bias_words", "TYPE_STRING", [-1], False),
+    ("embedding_bias_weights", "TYPE_FP32", [-1], False),
+    ("lora_task_id", "TYPE_UINT64", [1], False),
+    ("lora_weights", "TYPE_FP16", [-1, -1], False),
+    ("lora_config", "TYPE_INT32", [-1, 3], False),
+    ("guided_decoding_guide_type", "TYPE_STRING", [1], False),
+    ("guided_decoding_guide", "TYPE_STRING", [1], False),
+]
+OUR_ENSEMBLE_INPUTS = [
+    ("num_draft_tokens", "TYPE_INT32", [1], False),
+    ("adaptive_draft", "TYPE_BOOL", [1], False),
+    ("random_seed", "TYPE_UINT64", [1], False),
+]
+TRTLLM_ENSEMBLE_OUTPUTS = [
+    ("text_output", "TYPE_STRING", [-1]),
+    ("cum_log_probs", "TYPE_FP32", [-1]),
+    ("output_log_probs", "TYPE_FP32", [-1, -1]),
+    ("context_logits", "TYPE_FP32", [-1, -1]),
+    ("generation_logits", "TYPE_FP32", [-1, -1, -1]),
+    ("batch_index", "TYPE_INT32", [1]),
+    ("sequence_index", "TYPE_INT32", [1]),
+    ("kv_cache_alloc_new_blocks", "TYPE_INT32", [1]),
+    ("kv_cache_reused_blocks", "TYPE_INT32", [1]),
+    ("kv_cache_alloc_total_blocks", "TYPE_INT32", [1]),
+    ("arrival_time_ns", "TYPE_INT64", [1]),
+    ("first_scheduled_time_ns", "TYPE_INT64", [1]),
+    ("first_token_time_ns", "TYPE_INT64", [1]),
+    ("last_token_time_ns", "TYPE_INT64", [1]),
+    ("acceptance_rate", "TYPE_FP32", [1]),
+    ("total_accepted_draft_tokens", "TYPE_INT32", [1]),
+    ("total_draft_tokens", "TYPE_INT32", [1]),
+    ("num_input_tokens", "TYPE_INT32", [1]),
+    ("num_output_tokens", "TYPE_INT32", [1]),
+]
+OUR_ENSEMBLE_OUTPUTS = [("num_target_calls", "TYPE_INT32", [1])]
+
+
 def test_ensemble_matches_the_design_contract(demo_spec):
     config = configs.ensemble_config(configs.settings_from_plan(make_plan(demo_spec)))
+    assert config.max_batch_size > 0
     inputs = {i.name: i for i in config.input}
-    assert list(inputs) == [
-        "text_input",
-        "max_tokens",
-        "temperature",
-        "top_k",
-        "top_p",
-        "num_draft_tokens",
-        "stream",
-        "stop_words",
-        "seed",
-        "adaptive_draft",
-    ]
-    assert not inputs["text_input"].optional and not inputs["max_tokens"].optional
-    assert all(inputs[name].optional for name in list(inputs)[2:])
-    assert inputs["seed"].data_type == model_config_pb2.TYPE_UINT64
-    assert inputs["text_input"].data_type == model_config_pb2.TYPE_STRING and list(inputs["text_input"].dims) == [1]
-    assert [o.name for o in config.output] == [
-        "text_output",
-        "total_draft_tokens",
-        "total_accepted_draft_tokens",
-        "acceptance_rate",
-        "num_target_calls",
-        "num_output_tokens",
-    ]
+    assert [
+        (i.name, model_config_pb2.DataType.Name(i.data_type), list(i.dims), not i.optional) for i in config.input
+    ] == TRTLLM_ENSEMBLE_INPUTS + OUR_ENSEMBLE_INPUTS
+    assert not any(i.HasField("reshape") for i in config.input)  # as TensorRT-LLM's: clients send [N, 1]
+    assert [(o.name, model_config_pb2.DataType.Name(o.data_type), list(o.dims)) for o in config.output] == (
+        TRTLLM_ENSEMBLE_OUTPUTS + OUR_ENSEMBLE_OUTPUTS
+    )
     steps = config.ensemble_scheduling.step
     assert [s.model_name for s in steps] == [T.PREPROCESSING, T.LOOP, T.POSTPROCESSING]
     # Every tensor a step consumes is an ensemble input or produced by an earlier step.
@@ -98,6 +151,9 @@ def test_ensemble_matches_the_design_contract(demo_spec):
         assert set(step.input_map.values()) <= available, step.model_name
         available |= set(step.output_map.values())
     assert {o.name for o in config.output} <= available
+    # Every input reaches a step: the seeds and adaptive_draft go to the loop, the rest to preprocessing.
+    assert set(steps[1].input_map.values()) & set(inputs) == {"seed", "random_seed", "adaptive_draft"}
+    assert set(steps[0].input_map.values()) == set(inputs) - {"seed", "random_seed", "adaptive_draft"}
 
 
 def test_step_maps_name_real_tensors_of_each_model(demo_spec):
@@ -432,15 +488,26 @@ def _tensor_names() -> set[str]:
     return {value.name for value in vars(T).values() if isinstance(value, T.Tensor)}
 
 
+# The emulator of TensorRT-LLM's C++ backend also names backend inputs and outputs our engine models
+# do not declare (min_tokens, repetition_penalty, context_logits, ...): some share a name with an
+# ensemble tensor but are another model's tensors, so there only the engine models' names are checked.
+_ENGINE_ONLY = {"trtllm_emulator.py"}
+
+
+def _engine_tensor_names() -> set[str]:
+    return {tensor.name for tensor in (*T.TARGET_INPUTS, *T.DRAFT_ENGINE_INPUTS, *T.ENGINE_OUTPUTS)}
+
+
 def test_no_tensor_name_is_typed_outside_tensors_py():
     # Every other file of the runtime and the repository writer names a tensor as T.<TENSOR>.name.
-    names = _tensor_names()
-    assert {"input_ids", "max_tokens", "stop_words_list", "streaming", "end_id"} <= names
+    all_names = _tensor_names()
+    assert {"input_ids", "max_tokens", "stop_words_list", "streaming", "end_id"} <= all_names
     found = []
     for directory in ("runtime", "repository"):
         for path in sorted((ROOT / "trt_spec" / directory).rglob("*.py")):
             if path == Path(T.__file__).resolve():
                 continue
+            names = _engine_tensor_names() if path.name in _ENGINE_ONLY else all_names
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
@@ -451,5 +518,6 @@ def test_preprocessing_outputs_are_the_engine_tensors_made_plain():
     engine = T.by_name(T.TARGET_INPUTS)
     for tensor in T.PREPROCESSING_OUTPUTS:
         assert not (tensor.optional or tensor.ragged or tensor.scalar_reshape), tensor.name
-        source = engine.get(tensor.name) or T.NUM_DRAFT_TOKENS
+        # Ours, not engine inputs: num_draft_tokens (the request's K) and the resolved return_num_* flags.
+        source = engine.get(tensor.name) or T.by_name(T.ENSEMBLE_INPUTS)[tensor.name]
         assert (tensor.name, tensor.dtype, tensor.dims) == (source.name, source.dtype, source.dims)

@@ -106,6 +106,7 @@ LIMITS = PreprocessingParameters(
     max_draft_len=4,
     default_num_draft_tokens=3,
     vocab_size=4096,
+    exclude_input_in_output=True,
 )
 POSTPROCESSING = PostprocessingParameters(tokenizer_dir=str(TOKENIZER_DIR), loop_model=T.LOOP)
 
@@ -137,7 +138,8 @@ def test_preprocessing_fills_defaults_and_tokenizes(pre, tokenizer):
     assert response.output("num_draft_tokens").tolist() == [[3]]  # the spec's K
     assert response.output("temperature").tolist() == [[0.0]]
     assert response.output("runtime_top_p").tolist() == [[1.0]]
-    assert response.output("streaming").tolist() == [[True]]
+    assert response.output("streaming").tolist() == [[False]]  # TensorRT-LLM's default
+    assert response.output("exclude_input_in_output").tolist() == [[True]]  # the repository's default
     assert response.output("end_id").tolist() == [[tokenizer.eos_token_id]]
     assert response.output("stop_words_list").tolist() == [[[0], [-1]]]
     # Every declared output, with its declared dtype, is produced.
@@ -181,17 +183,66 @@ def test_preprocessing_refuses_bad_requests_with_one_line(pre, extra, text, mess
     assert "\n" not in bad.error.message() and "Traceback" not in bad.error.message()
 
 
-def test_preprocessing_refuses_batches_and_bad_utf8(pre):
+def test_preprocessing_serves_batches_and_refuses_bad_utf8(pre, tokenizer):
     model = _initialized(pre, LIMITS)
     batch = _FakeRequest(
-        text_input=np.array([[b"a"], [b"b"]], dtype=object), max_tokens=np.array([[1], [1]], dtype=np.int32)
+        text_input=np.array([[b"a"], [b"def f(x):"]], dtype=object), max_tokens=np.array([[1], [2]], dtype=np.int32)
     )
     bad_utf8 = _FakeRequest(
         text_input=np.array([[b"\xff\xfe"]], dtype=object), max_tokens=np.array([[1]], dtype=np.int32)
     )
     first, second = model.execute([batch, bad_utf8])
-    assert "one prompt per request" in first.error.message()
+    assert first.error is None
+    ids = [tokenizer("a")["input_ids"], tokenizer("def f(x):")["input_ids"]]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    width = max(map(len, ids))
+    assert first.output("input_ids").tolist() == [row + [pad] * (width - len(row)) for row in ids]
+    assert first.output("input_lengths").tolist() == [[len(ids[0])], [len(ids[1])]]
+    assert first.output("request_output_len").tolist() == [[1], [2]]
     assert "not valid UTF-8" in second.error.message()
+
+
+@pytest.mark.parametrize(
+    ("extra", "sampling"),
+    [
+        ({}, (0.0, 0, 1.0)),  # greedy
+        ({"temperature": np.array([[0.8]], dtype=np.float32)}, (0.0, 0, 1.0)),  # neither top_k nor top_p: greedy
+        ({"top_k": np.array([[0]], dtype=np.int32)}, (0.0, 0, 1.0)),  # top_k 0 is no top-k: still greedy
+        ({"top_p": np.array([[0.9]], dtype=np.float32)}, (1.0, 0, 0.9)),  # sampling at TensorRT-LLM's 1.0
+        ({"top_k": np.array([[5]], dtype=np.int32), "temperature": np.array([[0.7]], dtype=np.float32)}, (0.7, 5, 1.0)),
+    ],
+)
+def test_preprocessing_resolves_sampling_as_tensorrt_llm(pre, extra, sampling):
+    model = _initialized(pre, LIMITS)
+    (response,) = model.execute([_request(**extra)])
+    assert response.error is None
+    resolved = [response.output(name)[0, 0] for name in ("temperature", "runtime_top_k", "runtime_top_p")]
+    assert resolved == pytest.approx(list(sampling))
+
+
+def test_preprocessing_resolves_the_per_request_options(pre, tokenizer):
+    model = _initialized(pre, LIMITS)
+    (response,) = model.execute(
+        [
+            _request(
+                exclude_input_in_output=np.array([[False]]),
+                end_id=np.array([[7]], dtype=np.int32),
+                pad_id=np.array([[3]], dtype=np.int32),
+                stream=np.array([[True]]),
+                return_num_input_tokens=np.array([[True]]),
+                beam_width=np.array([[1]], dtype=np.int32),
+                repetition_penalty=np.array([[1.0]], dtype=np.float32),
+                min_tokens=np.array([[1]], dtype=np.int32),
+                bad_words=np.array([[b""]], dtype=object),
+            )
+        ]
+    )
+    assert response.error is None
+    assert response.output("exclude_input_in_output").tolist() == [[False]]
+    assert response.output("end_id").tolist() == [[7]] and response.output("pad_id").tolist() == [[3]]
+    assert response.output("streaming").tolist() == [[True]]
+    assert response.output("return_num_input_tokens").tolist() == [[True]]
+    assert response.output("return_num_output_tokens").tolist() == [[False]]
 
 
 def test_unexpected_failure_is_one_short_line(pre):
@@ -257,7 +308,7 @@ def test_postprocessing_model_execute(post, tokenizer):
     )
     good, bad = model.execute([request, broken])
     expected = decode(tokenizer, ids)[len(decode(tokenizer, ids[:2])) :]
-    assert good.output("text_output").tolist() == [[expected.encode()]]
+    assert good.output("text_output").tolist() == [expected.encode()]  # 1-D, as TensorRT-LLM's postprocessing
     assert "num_context_tokens" in bad.error.message() and "\n" not in bad.error.message()
 
 

@@ -101,6 +101,9 @@ def loop_inputs(
         "num_draft_tokens": np.array([[k]], dtype=np.int32),
         "streaming": np.array([[stream]], dtype=bool),
         "stop_words_list": np.array([stop_words if stop_words is not None else [[0], [-1]]], dtype=np.int32),
+        "exclude_input_in_output": np.array([[True]], dtype=bool),
+        "return_num_input_tokens": np.array([[False]], dtype=bool),
+        "return_num_output_tokens": np.array([[False]], dtype=bool),
     }
     if seed is not None:
         inputs["seed"] = np.array([[seed]], dtype=np.uint64)

@@ -8,7 +8,8 @@
         print(event.acceptance_rate)
 
 Tensor names, dtypes and shapes come from :mod:`trt_spec.runtime.tensors` (the ensemble takes
-scalars as shape ``[1, 1]``). One client holds one gRPC stream, so it serves one request at a
+scalars as shape ``[1, 1]``). The client streams by default (it sends ``stream`` true; the
+ensemble's own default is TensorRT-LLM's, false) and samples when ``temperature`` > 0. One client holds one gRPC stream, so it serves one request at a
 time; run one client per concurrent request.
 """
 
@@ -26,6 +27,7 @@ from trt_spec.runtime import tensors as T
 
 DEFAULT_URL = "127.0.0.1:8001"
 _FINAL = "triton_final_response"
+NO_TOP_P = 1.0  # top_p 1: the whole distribution (trt_spec.runtime.sampling.NO_TOP_P, without importing torch)
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,14 @@ def request_inputs(
     stream: bool = True,
     adaptive_draft: bool | None = None,
 ) -> list:
-    """The ensemble's input tensors for one request; optional ones only when given."""
+    """The ensemble's input tensors for one request; optional ones only when given, but ``stream``
+    always (the ensemble's default is false, as TensorRT-LLM's). The ensemble decodes greedily
+    unless ``top_k`` or ``top_p`` is sent (TensorRT-LLM's rule), so a positive ``temperature``
+    without either also sends ``top_p`` 1.0 (no top-p): sampling from the whole distribution."""
     import tritonclient.grpc as grpcclient
+
+    if temperature is not None and temperature > 0 and top_k is None and top_p is None:
+        top_p = NO_TOP_P
 
     def scalar(tensor: T.Tensor, value) -> grpcclient.InferInput:
         array = np.array([[value]], dtype=tensor.numpy_dtype)  # [batch 1, 1]

@@ -8,6 +8,7 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +18,11 @@ from trt_spec.errors import ServerError
 from trt_spec.repository.configs import FLAVORS
 from trt_spec.serving.server import DEFAULT_PORTS, TritonServer, require_engine_server
 from trt_spec.serving.trtllm import check_engines, engine_models
+
+if TYPE_CHECKING:
+    from trt_spec.serving.openai import OpenAIServer
+
+OPENAI_EXTRA_HINT = "pip install 'trt-spec[openai]'"
 
 
 class _Stop(BaseException):
@@ -66,6 +72,20 @@ def _raise_stop(signum, frame) -> None:
     type=click.Path(dir_okay=False),
     help="With --emulate-tensorrtllm: the deployment spec (YAML) the repository was written from.",
 )
+@click.option(
+    "--openai-port",
+    default=None,
+    type=click.IntRange(1, 65535),
+    help="Also serve an OpenAI-compatible HTTP endpoint (/v1/models, /v1/completions, /v1/chat/completions) "
+    f"on this port, in front of the ensemble (needs {OPENAI_EXTRA_HINT}).",
+)
+@click.option("--openai-host", default=None, help="Address of the OpenAI endpoint. Default: --host.")
+@click.option(
+    "--openai-model-name",
+    default=None,
+    help="The model name the OpenAI endpoint serves. Default: the spec's name with --spec, else the repository "
+    "folder's name.",
+)
 def serve(
     repo: str,
     host: str,
@@ -76,6 +96,9 @@ def serve(
     skip_version_check: bool,
     emulate_tensorrtllm: bool,
     spec_path: str | None,
+    openai_port: int | None,
+    openai_host: str | None,
+    openai_model_name: str | None,
 ) -> None:
     """Run Triton on REPO until SIGTERM or Ctrl-C.
 
@@ -93,9 +116,14 @@ def serve(
     backend through an emulator of TensorRT-LLM's C++ backend, with the config as written; the
     engine-directory and version checks and orchestrator mode do not apply.
 
+    With --openai-port, an OpenAI-compatible endpoint (FastAPI + uvicorn, in this process) starts
+    once Triton is ready, translating each HTTP request into one streaming gRPC request to the
+    ensemble; the `ready` line then ends with `openai=http://HOST:PORT/v1`. It stops with Triton.
+
     \b
     Examples:
       trt-spec serve --repo model_repo
+      trt-spec serve --repo model_repo --openai-port 8080
       trt-spec serve --repo model_repo --emulate-tensorrtllm --spec examples/pystdlib-demo.yaml
     """
     if len({grpc_port, http_port, metrics_port}) != 3:
@@ -111,6 +139,13 @@ def serve(
         raise click.UsageError(
             "--spec is only read with --emulate-tensorrtllm: add --emulate-tensorrtllm, or drop --spec"
         )
+    openai_host = openai_host or host
+    if openai_port is not None:
+        taken = {"--grpc-port": grpc_port, "--http-port": http_port, "--metrics-port": metrics_port}
+        clash = [name for name, port in taken.items() if port == openai_port and openai_host == host]
+        if clash:
+            raise click.UsageError(f"--openai-port {openai_port} is also {clash[0]}: choose another port")
+        _require_openai()
     if not emulate_tensorrtllm:  # emulated: the backend emulator checks the engine models' configs itself
         engines = engine_models(repo)
         require_engine_server(Path(repo), engines)
@@ -131,6 +166,10 @@ def serve(
                 "mode are not checked",
                 err=True,
             )
+        openai = None
+        if openai_port is not None:
+            name = openai_model_name or (read_spec(spec_path).name if spec_path else Path(repo).resolve().name)
+            openai = _OpenAIEndpoint(served, name, openai_host, openai_port)
         _serve(
             TritonServer(
                 served,
@@ -139,7 +178,8 @@ def serve(
                 grpc_port=grpc_port,
                 metrics_port=metrics_port,
                 ready_timeout_s=ready_timeout,
-            )
+            ),
+            openai,
         )
     except _Stop:
         pass
@@ -151,18 +191,57 @@ def serve(
     click.echo("stopped", err=True)
 
 
-def _serve(server: TritonServer) -> None:
-    """Start ``server``, print the ready line, and run until a signal (raises _Stop) or its exit."""
+def _require_openai() -> None:
+    """The OpenAI endpoint's libraries, checked before Triton starts.
+
+    Raises:
+        ServerError: fastapi or uvicorn is missing, naming the install command.
+    """
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ServerError(
+            f"--openai-port needs {exc.name or 'fastapi and uvicorn'}, which is not installed: {OPENAI_EXTRA_HINT}"
+        ) from None
+
+
+class _OpenAIEndpoint:
+    """What --openai-port starts once Triton is ready (the module is imported only then)."""
+
+    def __init__(self, repo: Path, model_name: str, host: str, port: int):
+        self.repo, self.model_name, self.host, self.port = repo, model_name, host, port
+
+    def start(self, triton: TritonServer) -> OpenAIServer:
+        from trt_spec.serving.openai import OpenAIServer, tokenizer_dir_of
+
+        return OpenAIServer(
+            triton.grpc_url, tokenizer_dir_of(self.repo), self.model_name, host=self.host, port=self.port
+        ).start()
+
+
+def _serve(server: TritonServer, openai: _OpenAIEndpoint | None = None) -> None:
+    """Start ``server`` (and the OpenAI endpoint), print the ready line, and run until a signal
+    (raises _Stop) or the server's exit."""
+    endpoint = None
     try:
         server.start()
-        click.echo(f"ready grpc={server.grpc_url} http={server.http_url} metrics={server.metrics_url}")
+        ready = f"ready grpc={server.grpc_url} http={server.http_url} metrics={server.metrics_url}"
+        if openai is not None:
+            endpoint = openai.start(server)
+            ready += f" openai={endpoint.url}"
+        click.echo(ready)
         sys.stdout.flush()
         code = server.wait()
         # Only an unexpected exit gets here: a signal raises _Stop out of wait().
         message = f"tritonserver exited with code {code}: {server.log_errors()}"
+        if endpoint is not None:
+            endpoint.stop()
         server.stop(keep_log=True)
         raise ServerError(message)
     finally:
+        if endpoint is not None:  # first: its open requests are cancelled while Triton still answers
+            endpoint.stop()
         server.stop()
 
 

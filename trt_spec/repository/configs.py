@@ -48,6 +48,9 @@ BATCH_SCHEDULER_POLICY = "guaranteed_no_evict"
 # The engines' logits dtype, as TensorRT-LLM's checkpoint config names it: generation_logits and
 # draft_logits are declared FP32 (tensors.py).
 LOGITS_DTYPE = "float32"
+# The engine models' exclude_input_in_output, and so the ensemble's default for a request that sends
+# none (TensorRT-LLM's rule): text_output is the completion without the prompt.
+EXCLUDE_INPUT_IN_OUTPUT = True
 
 
 @dataclass(frozen=True)
@@ -315,6 +318,9 @@ def preprocessing_config(settings: RepositorySettings) -> ModelConfig:
             max_draft_len=settings.max_draft_len,
             default_num_draft_tokens=settings.default_num_draft_tokens,
             vocab_size=settings.vocab_size,
+            # A request's exclude_input_in_output when it sends none: TensorRT-LLM takes it from the
+            # engine model's parameter, which the tensorrtllm flavor's configs set (engine_config).
+            exclude_input_in_output=EXCLUDE_INPUT_IN_OUTPUT,
         ),
     )
 
@@ -398,7 +404,7 @@ def engine_config(settings: RepositorySettings, role: str) -> ModelConfig:
             kv_cache_free_gpu_mem_fraction=engine.kv_fraction,
             enable_kv_cache_reuse=True,  # the loop resends the prefix every iteration
             enable_chunked_context=True,
-            exclude_input_in_output=True,
+            exclude_input_in_output=EXCLUDE_INPUT_IN_OUTPUT,
             gpu_device_ids=gpu_device_ids(engine.tp_size),
             # Needs the workers pre-started by mpirun (participant_ids); trt-spec serve lets the
             # backend spawn them (trt_spec/serving/trtllm.py), so the logits go through the host.
@@ -412,8 +418,11 @@ def engine_config(settings: RepositorySettings, role: str) -> ModelConfig:
 
 
 def ensemble_config(settings: RepositorySettings) -> ModelConfig:
-    """preprocessing -> tensorrt_llm_bls -> postprocessing: the client's interface (the ensemble's
-    inputs and outputs in :mod:`trt_spec.runtime.tensors`)."""
+    """preprocessing -> tensorrt_llm_bls -> postprocessing: the client's interface, TensorRT-LLM
+    1.2.x's ensemble inputs and outputs plus ours (:mod:`trt_spec.runtime.tensors`). Every request
+    input goes to preprocessing, which checks them all and resolves their defaults, except the
+    seeds and adaptive_draft (to the loop); text_output comes from postprocessing, every other
+    output straight from the loop."""
     pre = {t.name: f"_pre_{t.name}" for t in T.PREPROCESSING_OUTPUTS}
     loop_private = {t.name: f"_loop_{t.name}" for t in T.POSTPROCESSING_INPUTS}
     steps = [
@@ -427,7 +436,7 @@ def ensemble_config(settings: RepositorySettings) -> ModelConfig:
             "model_name": T.LOOP,
             "model_version": -1,
             "input_map": {**pre, **{t.name: t.name for t in T.LOOP_DIRECT_INPUTS}},
-            "output_map": {**loop_private, **{t.name: t.name for t in T.STATS_OUTPUTS}},
+            "output_map": {**loop_private, **{t.name: t.name for t in T.LOOP_DIRECT_OUTPUTS}},
         },
         {
             "model_name": T.POSTPROCESSING,

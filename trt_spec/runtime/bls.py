@@ -5,6 +5,10 @@ Library code without Triton: ``models/tensorrt_llm_bls/model.py`` supplies an
 :class:`EngineClient` (``pb_utils.InferenceRequest(...).async_exec()``), a response sender and the
 cancellation check; tests drive the same code against in-process engines.
 
+A request may carry N prompts (TensorRT-LLM's ensemble takes a batch): :func:`read_loop_requests`
+makes one :class:`LoopRequest` per row, each run on its own (so each prompt's greedy output is a
+lone request's) and answered with its own responses (:func:`response_arrays`, ``batch_index``).
+
 Per iteration: the draft engine is asked for K tokens (``request_output_len`` = K; it may return
 fewer, e.g. after ``end_id``), the target for ``request_output_len`` = len(drafts) + 1 with
 ``draft_input_ids`` (and ``draft_logits`` when the loop's ``use_draft_logits`` parameter is set and
@@ -77,7 +81,7 @@ class EngineClient(Protocol):
 
 @dataclass(frozen=True)
 class LoopRequest:
-    """One request of the loop model, from preprocessing's tensors (defaults already resolved)."""
+    """One prompt of a loop-model request, from preprocessing's tensors (defaults already resolved)."""
 
     prompt: list[int]
     params: GenerationParams
@@ -86,6 +90,11 @@ class LoopRequest:
     stop_words_list: np.ndarray  # [1, 2, L]: TensorRT-LLM's format, sent to both engines as it came
     seed: int
     stream: bool
+    exclude_input_in_output: bool = True  # false: a non-streamed text_output starts with the prompt
+    return_num_input_tokens: bool = False  # fill num_input_tokens
+    return_num_output_tokens: bool = False  # num_output_tokens as TensorRT-LLM counts it (tensors.py)
+    batch_index: int = 0  # this prompt's row in its request
+    batch_size: int = 1  # the prompts of its request
 
 
 def _value(inputs: Mapping[str, np.ndarray], name: str) -> bool | int | float | None:
@@ -93,9 +102,9 @@ def _value(inputs: Mapping[str, np.ndarray], name: str) -> bool | int | float | 
     return None if array is None else array.reshape(-1)[0].item()
 
 
-def read_loop_request(inputs: Mapping[str, np.ndarray], settings: LoopParameters) -> LoopRequest:
-    """The loop model's inputs (each ``[1, ...]``) -> a :class:`LoopRequest`; ``settings``: the
-    loop model's config parameters.
+def read_loop_requests(inputs: Mapping[str, np.ndarray], settings: LoopParameters) -> list[LoopRequest]:
+    """The loop model's inputs (each ``[N, ...]``: one row per prompt) -> one :class:`LoopRequest`
+    per prompt; ``settings``: the loop model's config parameters.
 
     Raises:
         GenerationParamsError: a value the loop cannot run with (preprocessing checks the rest).
@@ -103,6 +112,29 @@ def read_loop_request(inputs: Mapping[str, np.ndarray], settings: LoopParameters
     missing = [t.name for t in T.PREPROCESSING_OUTPUTS if t.name not in inputs]
     if missing:
         raise GenerationParamsError(f"the loop model needs {', '.join(missing)} (preprocessing's outputs)")
+    size = inputs[T.INPUT_IDS.name].shape[0]
+    for name, array in inputs.items():
+        if array.ndim == 0 or array.shape[0] != size:
+            raise GenerationParamsError(f"{name} has {list(array.shape)} rows; input_ids has {size} (one per prompt)")
+    return [
+        _read_prompt({name: array[row : row + 1] for name, array in inputs.items()}, settings, row, size)
+        for row in range(size)
+    ]
+
+
+def read_loop_request(inputs: Mapping[str, np.ndarray], settings: LoopParameters) -> LoopRequest:
+    """:func:`read_loop_requests` for a request of one prompt.
+
+    Raises:
+        GenerationParamsError: as there, or the request holds several prompts.
+    """
+    requests = read_loop_requests(inputs, settings)
+    if len(requests) != 1:
+        raise GenerationParamsError(f"expected one prompt; got {len(requests)}")
+    return requests[0]
+
+
+def _read_prompt(inputs: Mapping[str, np.ndarray], settings: LoopParameters, row: int, size: int) -> LoopRequest:
     input_ids = inputs[T.INPUT_IDS.name].reshape(-1)
     length = int(_value(inputs, T.INPUT_LENGTHS.name))
     end_id = int(_value(inputs, T.END_ID.name))
@@ -128,7 +160,13 @@ def read_loop_request(inputs: Mapping[str, np.ndarray], settings: LoopParameters
         eos_token_ids=frozenset({end_id}),
         stop_sequences=T.stop_words_from_list(stop_words[0].tolist()),
     )
-    seed = _value(inputs, T.SEED.name)
+    seed, alias = _value(inputs, T.SEED.name), _value(inputs, T.RANDOM_SEED.name)
+    if seed is not None and alias is not None and seed != alias:
+        raise GenerationParamsError(
+            f"{T.RANDOM_SEED.name} is an alias of {T.SEED.name}: send one, or the same value in both; "
+            f"got {seed} and {alias}"
+        )
+    seed = seed if seed is not None else alias
     return LoopRequest(
         prompt=[int(token) for token in input_ids[:length]],
         params=params,
@@ -137,6 +175,11 @@ def read_loop_request(inputs: Mapping[str, np.ndarray], settings: LoopParameters
         stop_words_list=np.ascontiguousarray(stop_words.reshape(1, 2, -1), dtype=np.int32),
         seed=random.SystemRandom().getrandbits(_SEED_BITS) if seed is None else int(seed),
         stream=bool(_value(inputs, T.STREAMING.name)),
+        exclude_input_in_output=bool(_value(inputs, T.EXCLUDE_INPUT_IN_OUTPUT.name)),
+        return_num_input_tokens=bool(_value(inputs, T.RESOLVED_RETURN_NUM_INPUT_TOKENS.name)),
+        return_num_output_tokens=bool(_value(inputs, T.RESOLVED_RETURN_NUM_OUTPUT_TOKENS.name)),
+        batch_index=row,
+        batch_size=size,
     )
 
 
@@ -356,12 +399,32 @@ def new_request_key() -> int:
     return random.SystemRandom().getrandbits(_SEED_BITS)
 
 
+def final_window(request: LoopRequest, state: LoopState, windows: ResponseWindows) -> tuple[list[int], int]:
+    """The window of a request's last response when no earlier response covered its end:
+    streaming, the next window; otherwise the whole completion, after the prompt when
+    ``exclude_input_in_output`` is false (TensorRT-LLM's non-streaming output then holds the
+    prompt; streamed responses never do)."""
+    if request.stream:
+        return windows.next(state.output)
+    if request.exclude_input_in_output:
+        return list(state.output), 0
+    return [*request.prompt, *state.output], 0
+
+
 def response_arrays(
-    state: LoopState, window: Sequence[int], num_context_tokens: int, is_final: bool, request_key: int = 0
+    state: LoopState,
+    window: Sequence[int],
+    num_context_tokens: int,
+    is_final: bool,
+    request_key: int = 0,
+    request: LoopRequest | None = None,
 ) -> dict[str, np.ndarray]:
-    """The loop model's output tensors for one response (batch dimension 1)."""
+    """The loop model's output tensors for one response (batch dimension 1). With ``request``,
+    TensorRT-LLM's outputs too: ``batch_index`` when the request holds several prompts,
+    ``sequence_index`` 0, ``num_input_tokens`` when asked for, and ``num_output_tokens`` counted as
+    TensorRT-LLM does when asked for (the tokens this response carries), else the running total."""
     stats = state.stats
-    return {
+    arrays = {
         T.LOOP_OUTPUT_IDS.name: np.array([list(window)], dtype=np.int32).reshape(1, len(window)),
         T.NUM_CONTEXT_TOKENS.name: _scalar(num_context_tokens, np.int32),
         T.IS_FINAL.name: _scalar(is_final, bool),
@@ -372,3 +435,12 @@ def response_arrays(
         T.NUM_TARGET_CALLS.name: _scalar(stats.target_calls, np.int32),
         T.NUM_OUTPUT_TOKENS.name: _scalar(len(state.output), np.int32),
     }
+    if request is not None:
+        if request.batch_size > 1:
+            arrays[T.BATCH_INDEX.name] = _scalar(request.batch_index, np.int32)
+        arrays[T.SEQUENCE_INDEX.name] = _scalar(0, np.int32)
+        if request.return_num_input_tokens:
+            arrays[T.NUM_INPUT_TOKENS.name] = _scalar(len(request.prompt), np.int32)
+        if request.return_num_output_tokens:
+            arrays[T.NUM_OUTPUT_TOKENS.name] = _scalar(len(window) - num_context_tokens, np.int32)
+    return arrays

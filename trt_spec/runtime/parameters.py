@@ -114,7 +114,10 @@ class PreprocessingParameters(ModelParameters):
     max_seq_len: int  # prompt + max_tokens
     max_draft_len: int  # K of the target engine: the most num_draft_tokens a request may ask for
     default_num_draft_tokens: int  # a request's num_draft_tokens when it sends none (the spec's K)
-    vocab_size: int  # the largest top_k
+    vocab_size: int  # the largest top_k; end_id and pad_id must be below it
+    # A request's exclude_input_in_output when it sends none (TensorRT-LLM takes it from the engine
+    # model's parameter of that name; the repository writer sets both alike).
+    exclude_input_in_output: bool
 
 
 @dataclass(frozen=True)

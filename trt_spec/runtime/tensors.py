@@ -5,7 +5,11 @@ beside each ``model.py``, so a relocated repository needs no ``trt_spec`` instal
 client. Standard library only: it is loaded inside Triton's python-backend stub.
 
 Shapes are per request *without* the batch dimension: every model has ``max_batch_size`` > 0, so
-a client sends a scalar as shape ``[1, 1]``. The engine models keep TensorRT-LLM
+a client sends a scalar as shape ``[1, 1]``, and a request of N prompts (as TensorRT-LLM's
+ensemble takes them) ``[N, 1]``. The ensemble answers each prompt on its own responses (``[1, ...]``
+tensors; ``batch_index`` when N > 1; the Triton final flag on the request's last response), and
+``text_output`` is 1-D ``[1]``, as TensorRT-LLM's postprocessing returns it (its clients read
+``as_numpy("text_output")[0]``). The engine models keep TensorRT-LLM
 1.2.x's own tensor names, dtypes and dims (``triton_backend/inflight_batcher_llm/src/utils.h``
 and the ``tensorrt_llm/config.pbtxt`` template), so the loop model is the same for both flavors;
 their scalars are ``dims: [1]`` with ``reshape: []`` as there.
@@ -138,49 +142,142 @@ def by_name(tensors: tuple[Tensor, ...]) -> dict[str, Tensor]:
 
 
 # --- ensemble: the client's interface -----------------------------------------------------------
+#
+# TensorRT-LLM 1.2.x's own ensemble interface (triton_backend/all_models/inflight_batcher_llm/
+# ensemble/config.pbtxt): the same names, dtypes and dims, so its clients (the end-to-end gRPC
+# client, Triton's OpenAI frontend, genai-perf --backend tensorrtllm, the HTTP generate endpoint)
+# work unchanged; plus ours: num_draft_tokens, adaptive_draft and random_seed (an alias of seed).
+# Defaults are TensorRT-LLM's: stream absent = false; neither top_k nor top_p = greedy whatever
+# the temperature; exclude_input_in_output absent = the repository's configured default. Inputs
+# whose speculative treatment is not implemented yet are declared, and refused by preprocessing
+# unless they hold their neutral default (see there).
 
-TEXT_INPUT = _scalar("text_input", "BYTES", "the prompt, UTF-8")
+TEXT_INPUT = _scalar("text_input", "BYTES", "the prompt, UTF-8; [N, 1] = a batch of N prompts")
+DECODER_TEXT_INPUT = _scalar("decoder_text_input", "BYTES", "encoder-decoder models only: empty", optional=True)
 MAX_TOKENS = _scalar("max_tokens", "INT32", "tokens to generate, >= 1")
-TEMPERATURE = _scalar("temperature", "FP32", "absent = 0 (greedy)", optional=True)
-TOP_K = _scalar("top_k", "INT32", "absent or 0 = no top-k", optional=True)
-TOP_P = _scalar("top_p", "FP32", "absent = 1.0", optional=True)
+NUM_RETURN_SEQUENCES = _scalar("num_return_sequences", "INT32", "1 (one sequence per prompt)", optional=True)
+BAD_WORDS = Tensor("bad_words", "BYTES", (-1,), optional=True, doc="not supported yet: empty")
+STOP_WORDS = Tensor("stop_words", "BYTES", (-1,), optional=True, doc="strings that end the completion")
+REQUEST_EXCLUDE_INPUT_IN_OUTPUT = _scalar(
+    "exclude_input_in_output",
+    "BOOL",
+    "false: text_output = prompt + completion (non-streaming); absent = the repository's default (true)",
+    optional=True,
+)
+REQUEST_END_ID = _scalar("end_id", "INT32", "the token that ends generation; absent = EOS; -1 = none", optional=True)
+REQUEST_PAD_ID = _scalar("pad_id", "INT32", "the padding token; absent = the tokenizer's", optional=True)
+TOP_K = _scalar("top_k", "INT32", "absent or 0 = no top-k; neither top_k nor top_p = greedy", optional=True)
+TOP_P = _scalar("top_p", "FP32", "absent = 1.0; neither top_k nor top_p = greedy", optional=True)
+TEMPERATURE = _scalar("temperature", "FP32", "absent = 1.0 when sampling; 0 = greedy", optional=True)
+LENGTH_PENALTY = _scalar("length_penalty", "FP32", "not supported yet: 0.0 or 1.0", optional=True)
+REPETITION_PENALTY = _scalar("repetition_penalty", "FP32", "not supported yet: 1.0", optional=True)
+MIN_TOKENS = _scalar("min_tokens", "INT32", "not supported yet: <= 1", optional=True)
+PRESENCE_PENALTY = _scalar("presence_penalty", "FP32", "not supported yet: 0.0", optional=True)
+FREQUENCY_PENALTY = _scalar("frequency_penalty", "FP32", "not supported yet: 0.0", optional=True)
+SEED = _scalar("seed", "UINT64", "sampling seed", optional=True)
+RETURN_LOG_PROBS = _scalar("return_log_probs", "BOOL", "not supported yet: false", optional=True)
+RETURN_CONTEXT_LOGITS = _scalar("return_context_logits", "BOOL", "not supported yet: false", optional=True)
+REQUEST_RETURN_GENERATION_LOGITS = _scalar(
+    "return_generation_logits", "BOOL", "not supported yet: false", optional=True
+)
+REQUEST_RETURN_PERF_METRICS = _scalar("return_perf_metrics", "BOOL", "not supported yet: false", optional=True)
+RETURN_NUM_INPUT_TOKENS = _scalar("return_num_input_tokens", "BOOL", "fill num_input_tokens", optional=True)
+RETURN_NUM_OUTPUT_TOKENS = _scalar(
+    "return_num_output_tokens", "BOOL", "num_output_tokens as TensorRT-LLM counts it", optional=True
+)
+REQUEST_BEAM_WIDTH = _scalar("beam_width", "INT32", "1 (no beam search)", optional=True)
+STREAM = _scalar("stream", "BOOL", "absent = false: one response with the whole completion", optional=True)
+PROMPT_EMBEDDING_TABLE = Tensor("prompt_embedding_table", "FP16", (-1, -1), optional=True, doc="not supported")
+PROMPT_TABLE_EXTRA_ID = _scalar("prompt_table_extra_id", "UINT64", "not supported yet: 0", optional=True)
+PROMPT_VOCAB_SIZE = _scalar("prompt_vocab_size", "INT32", "not supported yet: 0", optional=True)
+EMBEDDING_BIAS_WORDS = Tensor("embedding_bias_words", "BYTES", (-1,), optional=True, doc="not supported yet: empty")
+EMBEDDING_BIAS_WEIGHTS = Tensor("embedding_bias_weights", "FP32", (-1,), optional=True, doc="not supported yet")
+LORA_TASK_ID = _scalar("lora_task_id", "UINT64", "not supported: omit", optional=True)
+LORA_WEIGHTS = Tensor("lora_weights", "FP16", (-1, -1), optional=True, ragged=True, doc="not supported: omit")
+LORA_CONFIG = Tensor("lora_config", "INT32", (-1, 3), optional=True, ragged=True, doc="not supported: omit")
+GUIDED_DECODING_GUIDE_TYPE = Tensor(
+    "guided_decoding_guide_type", "BYTES", (1,), optional=True, ragged=True, doc="not supported yet: empty"
+)
+GUIDED_DECODING_GUIDE = Tensor(
+    "guided_decoding_guide", "BYTES", (1,), optional=True, ragged=True, doc="not supported yet: empty"
+)
 NUM_DRAFT_TOKENS = _scalar(
     "num_draft_tokens", "INT32", "absent = the spec's K; 0 = plain target decoding", optional=True
 )
-STREAM = _scalar("stream", "BOOL", "absent = true", optional=True)
-STOP_WORDS = Tensor("stop_words", "BYTES", (-1,), optional=True, doc="strings that end the completion")
-SEED = _scalar("seed", "UINT64", "sampling seed", optional=True)
 ADAPTIVE_DRAFT = _scalar(
     "adaptive_draft",
     "BOOL",
     "choose K each step, up to num_draft_tokens; absent = the repository's default",
     optional=True,
 )
+RANDOM_SEED = _scalar("random_seed", "UINT64", "an alias of seed (older TensorRT-LLM's name)", optional=True)
 
-TEXT_OUTPUT = _scalar("text_output", "BYTES", "new text (streaming) or the whole completion")
+TEXT_OUTPUT = Tensor("text_output", "BYTES", (-1,), doc="new text (streaming) or the whole completion; shape [1]")
+CUM_LOG_PROBS = Tensor("cum_log_probs", "FP32", (-1,), doc="declared, never filled (return_log_probs)")
+OUTPUT_LOG_PROBS = Tensor("output_log_probs", "FP32", (-1, -1), doc="declared, never filled (return_log_probs)")
+CONTEXT_LOGITS = Tensor("context_logits", "FP32", (-1, -1), doc="declared, never filled")
+BATCH_INDEX = _scalar("batch_index", "INT32", "the prompt's row in a request of several prompts")
+SEQUENCE_INDEX = _scalar("sequence_index", "INT32", "always 0: one sequence per prompt")
+ARRIVAL_TIME_NS = _scalar("arrival_time_ns", "INT64", "declared, never filled (return_perf_metrics)")
+FIRST_SCHEDULED_TIME_NS = _scalar("first_scheduled_time_ns", "INT64", "declared, never filled")
+FIRST_TOKEN_TIME_NS = _scalar("first_token_time_ns", "INT64", "declared, never filled")
+LAST_TOKEN_TIME_NS = _scalar("last_token_time_ns", "INT64", "declared, never filled")
 TOTAL_DRAFT_TOKENS = _scalar("total_draft_tokens", "INT32", "running total of drafted tokens")
 TOTAL_ACCEPTED_DRAFT_TOKENS = _scalar("total_accepted_draft_tokens", "INT32", "running total of accepted drafts")
 ACCEPTANCE_RATE = _scalar("acceptance_rate", "FP32", "accepted / drafted so far")
 NUM_TARGET_CALLS = _scalar("num_target_calls", "INT32", "running total of target engine calls")
-NUM_OUTPUT_TOKENS = _scalar("num_output_tokens", "INT32", "running total of generated tokens")
+NUM_INPUT_TOKENS = _scalar("num_input_tokens", "INT32", "the prompt's tokens, when return_num_input_tokens")
+NUM_OUTPUT_TOKENS = _scalar(
+    "num_output_tokens",
+    "INT32",
+    "running total of generated tokens; with return_num_output_tokens TensorRT-LLM's count: the tokens this "
+    "response carries (streaming: the new ones; non-streaming with the prompt included: prompt + completion)",
+)
 
 ENSEMBLE_INPUTS = (
     TEXT_INPUT,
+    DECODER_TEXT_INPUT,
     MAX_TOKENS,
-    TEMPERATURE,
+    NUM_RETURN_SEQUENCES,
+    BAD_WORDS,
+    STOP_WORDS,
+    REQUEST_EXCLUDE_INPUT_IN_OUTPUT,
+    REQUEST_END_ID,
+    REQUEST_PAD_ID,
     TOP_K,
     TOP_P,
-    NUM_DRAFT_TOKENS,
-    STREAM,
-    STOP_WORDS,
+    TEMPERATURE,
+    LENGTH_PENALTY,
+    REPETITION_PENALTY,
+    MIN_TOKENS,
+    PRESENCE_PENALTY,
+    FREQUENCY_PENALTY,
     SEED,
+    RETURN_LOG_PROBS,
+    RETURN_CONTEXT_LOGITS,
+    REQUEST_RETURN_GENERATION_LOGITS,
+    REQUEST_RETURN_PERF_METRICS,
+    RETURN_NUM_INPUT_TOKENS,
+    RETURN_NUM_OUTPUT_TOKENS,
+    REQUEST_BEAM_WIDTH,
+    STREAM,
+    PROMPT_EMBEDDING_TABLE,
+    PROMPT_TABLE_EXTRA_ID,
+    PROMPT_VOCAB_SIZE,
+    EMBEDDING_BIAS_WORDS,
+    EMBEDDING_BIAS_WEIGHTS,
+    LORA_TASK_ID,
+    LORA_WEIGHTS,
+    LORA_CONFIG,
+    GUIDED_DECODING_GUIDE_TYPE,
+    GUIDED_DECODING_GUIDE,
+    NUM_DRAFT_TOKENS,
     ADAPTIVE_DRAFT,
+    RANDOM_SEED,
 )
 # Inputs the ensemble hands to the loop model directly (preprocessing neither needs nor checks them).
-LOOP_DIRECT_INPUTS = (SEED, ADAPTIVE_DRAFT)
+LOOP_DIRECT_INPUTS = (SEED, RANDOM_SEED, ADAPTIVE_DRAFT)
 STATS_OUTPUTS = (TOTAL_DRAFT_TOKENS, TOTAL_ACCEPTED_DRAFT_TOKENS, ACCEPTANCE_RATE, NUM_TARGET_CALLS, NUM_OUTPUT_TOKENS)
-ENSEMBLE_OUTPUTS = (TEXT_OUTPUT, *STATS_OUTPUTS)
-
 # --- engine models: TensorRT-LLM 1.2.x names -----------------------------------------------------
 
 INPUT_IDS = Tensor("input_ids", "INT32", (-1,), ragged=True)
@@ -238,12 +335,59 @@ ENGINE_OUTPUTS = (
     KV_CACHE_ALLOC_TOTAL_BLOCKS,
 )
 
+# TensorRT-LLM's outputs the loop cannot fill yet (log probs, logits, KV-cache and timing
+# metrics): declared and mapped, so requesting them is not refused; no response carries them.
+UNFILLED_OUTPUTS = (
+    CUM_LOG_PROBS,
+    OUTPUT_LOG_PROBS,
+    CONTEXT_LOGITS,
+    GENERATION_LOGITS,
+    KV_CACHE_ALLOC_NEW_BLOCKS,
+    KV_CACHE_REUSED_BLOCKS,
+    KV_CACHE_ALLOC_TOTAL_BLOCKS,
+    ARRIVAL_TIME_NS,
+    FIRST_SCHEDULED_TIME_NS,
+    FIRST_TOKEN_TIME_NS,
+    LAST_TOKEN_TIME_NS,
+)
+# The ensemble's outputs in TensorRT-LLM's order (kv_cache_alloc_total_blocks once, not twice as
+# its shipped file has it), then ours.
+ENSEMBLE_OUTPUTS = (
+    TEXT_OUTPUT,
+    CUM_LOG_PROBS,
+    OUTPUT_LOG_PROBS,
+    CONTEXT_LOGITS,
+    GENERATION_LOGITS,
+    BATCH_INDEX,
+    SEQUENCE_INDEX,
+    KV_CACHE_ALLOC_NEW_BLOCKS,
+    KV_CACHE_REUSED_BLOCKS,
+    KV_CACHE_ALLOC_TOTAL_BLOCKS,
+    ARRIVAL_TIME_NS,
+    FIRST_SCHEDULED_TIME_NS,
+    FIRST_TOKEN_TIME_NS,
+    LAST_TOKEN_TIME_NS,
+    ACCEPTANCE_RATE,
+    TOTAL_ACCEPTED_DRAFT_TOKENS,
+    TOTAL_DRAFT_TOKENS,
+    NUM_INPUT_TOKENS,
+    NUM_OUTPUT_TOKENS,
+    NUM_TARGET_CALLS,
+)
+# Every ensemble output but text_output comes straight from the loop model.
+LOOP_DIRECT_OUTPUTS = tuple(tensor for tensor in ENSEMBLE_OUTPUTS if tensor is not TEXT_OUTPUT)
+
 # --- preprocessing: text and parameters in, validated engine-ready tensors out ----------------
 
-PREPROCESSING_INPUTS = (TEXT_INPUT, MAX_TOKENS, TEMPERATURE, TOP_K, TOP_P, NUM_DRAFT_TOKENS, STREAM, STOP_WORDS)
+PREPROCESSING_INPUTS = tuple(tensor for tensor in ENSEMBLE_INPUTS if tensor not in LOOP_DIRECT_INPUTS)
+# Resolved per prompt for the loop (not engine inputs of ours): whether to fill num_input_tokens
+# and TensorRT-LLM's num_output_tokens.
+RESOLVED_RETURN_NUM_INPUT_TOKENS = RETURN_NUM_INPUT_TOKENS.as_plain()
+RESOLVED_RETURN_NUM_OUTPUT_TOKENS = RETURN_NUM_OUTPUT_TOKENS.as_plain()
 # Every default is resolved here, so the loop's inputs are all present and already checked. The
 # engine tensors by their TensorRT-LLM names (stop_words_list in its format; no words = [[0], [-1]]),
-# but plain: required, scalars [1], nothing ragged.
+# but plain: required, scalars [1], nothing ragged. A request of N prompts gives [N, ...] tensors
+# (input_ids right-padded with each prompt's pad_id, stop_words_list padded as TensorRT-LLM pads it).
 PREPROCESSING_OUTPUTS = tuple(
     tensor.as_plain()
     for tensor in (
@@ -258,6 +402,9 @@ PREPROCESSING_OUTPUTS = tuple(
         NUM_DRAFT_TOKENS,
         STREAMING,
         STOP_WORDS_LIST,
+        EXCLUDE_INPUT_IN_OUTPUT,
+        RESOLVED_RETURN_NUM_INPUT_TOKENS,
+        RESOLVED_RETURN_NUM_OUTPUT_TOKENS,
     )
 )
 
@@ -276,7 +423,7 @@ LOOP_INPUTS = tuple(t.as_optional() for t in (*PREPROCESSING_OUTPUTS, *LOOP_DIRE
 NUM_CONTEXT_TOKENS = _scalar("num_context_tokens", "INT32", "leading output_ids earlier responses covered")
 IS_FINAL = _scalar("is_final", "BOOL", "the request's last response")
 LOOP_OUTPUT_IDS = OUTPUT_IDS.with_dims((-1,), doc="generated[w:n], see the module docstring")
-LOOP_OUTPUTS = (LOOP_OUTPUT_IDS, NUM_CONTEXT_TOKENS, IS_FINAL, REQUEST_KEY, *STATS_OUTPUTS)
+LOOP_OUTPUTS = (LOOP_OUTPUT_IDS, NUM_CONTEXT_TOKENS, IS_FINAL, REQUEST_KEY, *LOOP_DIRECT_OUTPUTS)
 
 # --- postprocessing ---------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Triton python model ``postprocessing``: token ids -> text, streaming-safe and stateless.
 
-Each loop response reaches this model as its own request. The protocol that makes the streamed
+Each loop response reaches this model as its own request; ``text_output`` is a 1-D ``[1]`` string
+tensor per response, as TensorRT-LLM's own postprocessing returns it. The protocol that makes the streamed
 deltas concatenate to decoding everything at once (multi-byte characters included) is written
 down in ``trt_spec/runtime/tensors.py``: the loop resends a window of already-covered tokens
 (``num_context_tokens`` of them) before the new ones, and the last, possibly incomplete,
@@ -60,7 +61,9 @@ class TritonPythonModel:
                     )
                     for row in range(ids.shape[0])
                 ]
-                output = np.array([[text.encode("utf-8")] for text in texts], dtype=object)
+                # 1-D, one string per row, as TensorRT-LLM's postprocessing returns it: its clients
+                # read a response's text as ``as_numpy("text_output")[0]``.
+                output = np.array([text.encode("utf-8") for text in texts], dtype=object)
                 responses.append(
                     pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(T.TEXT_OUTPUT.name, output)])
                 )

@@ -1,12 +1,28 @@
 """Triton python model ``preprocessing``: prompt text -> token ids, request parameters checked.
 
-Every default is resolved here (temperature 0, top-k 0, top-p 1, num_draft_tokens = the spec's K,
-stream true), so the loop gets complete, valid tensors. A bad request fails alone with one short
-``TritonError`` naming the parameter, its value and the allowed range; never a traceback.
-Temperature, top-k and top-p are checked by :class:`~trt_spec.runtime.sampling.SamplingParams`,
-the one validation the loop and the engine models use too; the request-level checks (max_tokens,
-num_draft_tokens against the target's max_draft_len, top_k against the vocabulary, the lengths)
-are this model's.
+Takes every input of the ensemble (TensorRT-LLM 1.2.x's interface, ``tensors.py``) but the seeds
+and ``adaptive_draft``, and resolves every default as TensorRT-LLM does, so the loop gets
+complete, valid tensors:
+
+- greedy decoding unless ``top_k`` (> 0) or ``top_p`` is sent, whatever ``temperature`` says;
+  when sampling, temperature absent = 1.0, top_k absent = 0 (off), top_p absent = 1.0;
+- ``stream`` absent = false; ``exclude_input_in_output`` absent = the repository's configured
+  default (:class:`~trt_spec.runtime.parameters.PreprocessingParameters`);
+- ``end_id`` absent = the tokenizer's EOS (-1: never stop at an end token), ``pad_id`` absent =
+  its pad token (else EOS); ``num_draft_tokens`` absent = the spec's K;
+- ``beam_width`` and ``num_return_sequences`` must be 1: speculative decoding here decodes one
+  sequence per prompt;
+- the inputs whose speculative treatment is not implemented yet (penalties, ``min_tokens``,
+  ``bad_words``, embedding bias, log probs, logits, perf metrics, prompt tables, LoRA, guided
+  decoding, encoder-decoder text) are accepted only with their neutral value (:data:`NOT_YET`):
+  any other value is refused, never silently ignored.
+
+A request may carry N prompts (``text_input`` ``[N, 1]``, every other input ``[N, ...]``); each
+row is checked on its own and the outputs are ``[N, ...]``, ``input_ids`` right-padded with the
+row's ``pad_id``. A bad request fails alone with one short ``TritonError`` naming the input, its
+value and what is allowed; never a traceback. Temperature, top-k and top-p are checked by
+:class:`~trt_spec.runtime.sampling.SamplingParams`, the one validation the loop and the engine
+models use too.
 
 Runs inside Triton's python-backend stub: imports numpy, the tokenizer library and
 ``trt_spec.runtime`` (from the copy the repository writer puts beside this file, else from the
@@ -14,7 +30,7 @@ installed package).
 """
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,8 +50,17 @@ from trt_spec.runtime.errors import GenerationParamsError  # noqa: E402
 from trt_spec.runtime.parameters import PreprocessingParameters  # noqa: E402
 from trt_spec.runtime.sampling import GREEDY_TEMPERATURE, NO_TOP_K, NO_TOP_P, SamplingParams  # noqa: E402
 
-# The scalar request inputs, read into one dict by tensor name (None = absent).
-SCALAR_INPUTS = (T.MAX_TOKENS, T.TEMPERATURE, T.TOP_K, T.TOP_P, T.NUM_DRAFT_TOKENS, T.STREAM)
+# TensorRT-LLM's temperature when a sampled request sends none (executor SamplingConfig default).
+DEFAULT_TEMPERATURE = 1.0
+NO_END_ID = -1  # end_id -1: never stop at an end token (TensorRT-LLM's ignore_eos)
+
+# How each input is read, one row (prompt) at a time; None = absent.
+NUMBER_INPUTS = tuple(
+    tensor for tensor in T.PREPROCESSING_INPUTS if tensor.dims == (1,) and tensor.dtype not in ("BYTES",)
+)  # one number or bool
+TEXT_INPUTS = (T.DECODER_TEXT_INPUT, T.GUIDED_DECODING_GUIDE_TYPE, T.GUIDED_DECODING_GUIDE)  # one string
+WORD_LIST_INPUTS = (T.BAD_WORDS, T.STOP_WORDS, T.EMBEDDING_BIAS_WORDS)  # strings
+ARRAY_INPUTS = (T.EMBEDDING_BIAS_WEIGHTS, T.PROMPT_EMBEDDING_TABLE, T.LORA_WEIGHTS, T.LORA_CONFIG)  # numbers
 
 
 class RequestError(ValueError):
@@ -43,39 +68,127 @@ class RequestError(ValueError):
 
 
 @dataclass(frozen=True)
+class NotYetSupported:
+    """An input whose speculative treatment is not implemented: accepted only when ``neutral``."""
+
+    tensor: T.Tensor
+    default: str | None  # what to send instead, for the message; None: only leaving it out
+    neutral: Callable[[object], bool]
+
+
+def _empty_words(words: object) -> bool:
+    return not any(words)  # type: ignore[arg-type]
+
+
+def _empty_array(array: object) -> bool:
+    return np.asarray(array).size == 0
+
+
+NOT_YET = (
+    NotYetSupported(T.REPETITION_PENALTY, "1.0", lambda value: value == 1.0),
+    NotYetSupported(T.PRESENCE_PENALTY, "0.0", lambda value: value == 0.0),
+    NotYetSupported(T.FREQUENCY_PENALTY, "0.0", lambda value: value == 0.0),
+    # TensorRT-LLM's default is 0.0; 1.0 is as neutral (it scales beam-search scores only).
+    NotYetSupported(T.LENGTH_PENALTY, "0.0 (or 1.0)", lambda value: value in (0.0, 1.0)),
+    NotYetSupported(T.MIN_TOKENS, "1 (or less)", lambda value: value <= 1),
+    NotYetSupported(T.BAD_WORDS, "[] (or empty strings)", _empty_words),
+    NotYetSupported(T.EMBEDDING_BIAS_WORDS, "[] (or empty strings)", _empty_words),
+    NotYetSupported(
+        T.EMBEDDING_BIAS_WEIGHTS, "[] (or zeros)", lambda array: not np.any(np.asarray(array, dtype=np.float64))
+    ),
+    NotYetSupported(T.RETURN_LOG_PROBS, "false", lambda value: not value),
+    NotYetSupported(T.RETURN_CONTEXT_LOGITS, "false", lambda value: not value),
+    NotYetSupported(T.REQUEST_RETURN_GENERATION_LOGITS, "false", lambda value: not value),
+    NotYetSupported(T.REQUEST_RETURN_PERF_METRICS, "false", lambda value: not value),
+    NotYetSupported(T.PROMPT_EMBEDDING_TABLE, "an empty table", _empty_array),
+    NotYetSupported(T.PROMPT_VOCAB_SIZE, "0", lambda value: value == 0),
+    NotYetSupported(T.PROMPT_TABLE_EXTRA_ID, "0", lambda value: value == 0),
+    NotYetSupported(T.LORA_TASK_ID, None, lambda value: False),
+    NotYetSupported(T.LORA_WEIGHTS, "an empty tensor", _empty_array),
+    NotYetSupported(T.LORA_CONFIG, "an empty tensor", _empty_array),
+    NotYetSupported(T.GUIDED_DECODING_GUIDE_TYPE, '""', lambda value: value == ""),
+    NotYetSupported(T.GUIDED_DECODING_GUIDE, '""', lambda value: value == ""),
+    NotYetSupported(T.DECODER_TEXT_INPUT, '"" (it is for encoder-decoder models)', lambda value: value == ""),
+)
+# Inputs that must be 1: this loop decodes one sequence per prompt.
+ONE_SEQUENCE = (
+    (T.REQUEST_BEAM_WIDTH, "speculative decoding in trt-spec decodes one sequence per prompt (no beam search)"),
+    (T.NUM_RETURN_SEQUENCES, "speculative decoding in trt-spec returns one sequence per prompt"),
+)
+
+
+def _shown(value: object) -> str:
+    """A request value as an error message shows it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, np.ndarray):
+        return f"a tensor of shape {list(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+@dataclass(frozen=True)
 class RequestParameters:
-    """A request's parameters, checked, defaults filled in."""
+    """One prompt's parameters, checked, defaults filled in."""
 
     max_tokens: int
     sampling: SamplingParams
     num_draft_tokens: int
     stream: bool
+    exclude_input_in_output: bool
+    return_num_input_tokens: bool
+    return_num_output_tokens: bool
+    end_id: int | None  # None: the tokenizer's
+    pad_id: int | None  # None: the tokenizer's
+
+
+def _sampling(values: dict[str, object]) -> SamplingParams:
+    """TensorRT-LLM's rule: neither top_k (> 0) nor top_p = greedy, whatever the temperature
+    (which is still checked)."""
+    top_k, top_p, temperature = (values.get(t.name) for t in (T.TOP_K, T.TOP_P, T.TEMPERATURE))
+    try:
+        if temperature is not None:
+            SamplingParams(temperature=float(temperature), top_k=NO_TOP_K, top_p=NO_TOP_P)  # raises on a bad value
+        if not top_k and top_p is None:
+            return SamplingParams(temperature=GREEDY_TEMPERATURE, top_k=NO_TOP_K, top_p=NO_TOP_P)
+        return SamplingParams(
+            temperature=DEFAULT_TEMPERATURE if temperature is None else float(temperature),
+            top_k=NO_TOP_K if top_k is None else int(top_k),
+            top_p=NO_TOP_P if top_p is None else float(top_p),
+        )
+    except GenerationParamsError as exc:
+        raise RequestError(str(exc)) from None
 
 
 def check_parameters(values: dict[str, object], limits: PreprocessingParameters) -> RequestParameters:
-    """Validate the scalar request parameters (by tensor name; ``None`` = absent).
+    """Validate one prompt's request parameters (by tensor name; ``None`` = absent).
 
     Raises:
-        RequestError: the first bad parameter, with its value and the allowed range.
+        RequestError: the first bad parameter, with its value and what is allowed.
     """
+    for tensor, why in ONE_SEQUENCE:
+        value = values.get(tensor.name)
+        if value is not None and value != 1:
+            raise RequestError(f"{tensor.name} = {_shown(value)} is not supported: {why}; send 1 or omit it")
+    for rule in NOT_YET:
+        value = values.get(rule.tensor.name)
+        if value is not None and not rule.neutral(value):
+            instead = "omit it" if rule.default is None else f"send the default {rule.default} or omit it"
+            raise RequestError(
+                f"{rule.tensor.name} = {_shown(value)} is not supported with speculative decoding in trt-spec yet; "
+                f"{instead}"
+            )
     max_tokens = values.get(T.MAX_TOKENS.name)
     if max_tokens is None:
         raise RequestError("max_tokens is required")
     if max_tokens < 1:
         raise RequestError(f"max_tokens must be >= 1; got {max_tokens}")
     top_k = values.get(T.TOP_K.name)
-    top_k = NO_TOP_K if top_k is None else int(top_k)
-    if not 0 <= top_k <= limits.vocab_size:
+    if top_k is not None and not 0 <= top_k <= limits.vocab_size:
         raise RequestError(f"top_k must be between 0 (off) and the vocabulary size {limits.vocab_size}; got {top_k}")
-    temperature, top_p = values.get(T.TEMPERATURE.name), values.get(T.TOP_P.name)
-    try:
-        sampling = SamplingParams(
-            temperature=GREEDY_TEMPERATURE if temperature is None else float(temperature),
-            top_k=top_k,
-            top_p=NO_TOP_P if top_p is None else float(top_p),
-        )
-    except GenerationParamsError as exc:
-        raise RequestError(str(exc)) from None
+    sampling = _sampling(values)
     num_draft_tokens = values.get(T.NUM_DRAFT_TOKENS.name)
     num_draft_tokens = limits.default_num_draft_tokens if num_draft_tokens is None else int(num_draft_tokens)
     if not 0 <= num_draft_tokens <= limits.max_draft_len:
@@ -83,8 +196,25 @@ def check_parameters(values: dict[str, object], limits: PreprocessingParameters)
             f"num_draft_tokens must be between 0 (plain target decoding) and the target engine's "
             f"max_draft_len {limits.max_draft_len}; got {num_draft_tokens}"
         )
-    stream = values.get(T.STREAM.name)
-    return RequestParameters(int(max_tokens), sampling, num_draft_tokens, True if stream is None else bool(stream))
+    end_id, pad_id = values.get(T.REQUEST_END_ID.name), values.get(T.REQUEST_PAD_ID.name)
+    if end_id is not None and end_id != NO_END_ID and not 0 <= end_id < limits.vocab_size:
+        raise RequestError(
+            f"end_id must be a token id below the vocabulary size {limits.vocab_size} (or -1: none); got {end_id}"
+        )
+    if pad_id is not None and not 0 <= pad_id < limits.vocab_size:
+        raise RequestError(f"pad_id must be a token id below the vocabulary size {limits.vocab_size}; got {pad_id}")
+    exclude = values.get(T.REQUEST_EXCLUDE_INPUT_IN_OUTPUT.name)
+    return RequestParameters(
+        max_tokens=int(max_tokens),
+        sampling=sampling,
+        num_draft_tokens=num_draft_tokens,
+        stream=bool(values.get(T.STREAM.name) or False),
+        exclude_input_in_output=limits.exclude_input_in_output if exclude is None else bool(exclude),
+        return_num_input_tokens=bool(values.get(T.RETURN_NUM_INPUT_TOKENS.name) or False),
+        return_num_output_tokens=bool(values.get(T.RETURN_NUM_OUTPUT_TOKENS.name) or False),
+        end_id=None if end_id is None else int(end_id),
+        pad_id=None if pad_id is None else int(pad_id),
+    )
 
 
 def check_lengths(num_prompt_tokens: int, max_tokens: int, limits: PreprocessingParameters) -> None:
@@ -112,6 +242,16 @@ def stop_words_list(words: list[list[int]]) -> np.ndarray:
     return np.array([ids, ends], dtype=np.int32)
 
 
+@dataclass(frozen=True)
+class Prompt:
+    """One row of a request: the prompt, its parameters by tensor name (None = absent; a number,
+    a string, a list of strings or an array, as the input is) and its stop words."""
+
+    text: str
+    values: dict[str, object]
+    stop_words: tuple[str, ...] = ()
+
+
 class Preprocessor:
     """The model's logic, without Triton: a tokenizer and the model's parameters."""
 
@@ -125,7 +265,7 @@ class Preprocessor:
         return list(self.tokenizer(text, add_special_tokens=add_special_tokens).input_ids)
 
     def __call__(self, text: str, values: dict[str, object], stop_words: Sequence[str] = ()) -> dict[str, np.ndarray]:
-        """One request -> the output tensors (without the batch dimension), by name."""
+        """One prompt -> the output tensors (without the batch dimension), by name."""
         request = check_parameters(values, self.parameters)
         if not text:
             raise RequestError("text_input is empty: the prompt needs at least one token")
@@ -137,28 +277,66 @@ class Preprocessor:
             T.INPUT_IDS.name: np.array(input_ids, dtype=np.int32),
             T.INPUT_LENGTHS.name: np.array([len(input_ids)], dtype=np.int32),
             T.REQUEST_OUTPUT_LEN.name: np.array([request.max_tokens], dtype=np.int32),
-            T.END_ID.name: np.array([self.end_id], dtype=np.int32),
-            T.PAD_ID.name: np.array([self.pad_id], dtype=np.int32),
+            T.END_ID.name: np.array([self.end_id if request.end_id is None else request.end_id], dtype=np.int32),
+            T.PAD_ID.name: np.array([self.pad_id if request.pad_id is None else request.pad_id], dtype=np.int32),
             T.ENGINE_TEMPERATURE.name: np.array([sampling.temperature], dtype=np.float32),
             T.RUNTIME_TOP_K.name: np.array([sampling.top_k], dtype=np.int32),
             T.RUNTIME_TOP_P.name: np.array([sampling.top_p], dtype=np.float32),
             T.NUM_DRAFT_TOKENS.name: np.array([request.num_draft_tokens], dtype=np.int32),
             T.STREAMING.name: np.array([request.stream], dtype=bool),
             T.STOP_WORDS_LIST.name: stop_words_list(stop_ids),
+            T.EXCLUDE_INPUT_IN_OUTPUT.name: np.array([request.exclude_input_in_output], dtype=bool),
+            T.RESOLVED_RETURN_NUM_INPUT_TOKENS.name: np.array([request.return_num_input_tokens], dtype=bool),
+            T.RESOLVED_RETURN_NUM_OUTPUT_TOKENS.name: np.array([request.return_num_output_tokens], dtype=bool),
         }
 
+    def batch(self, prompts: Sequence[Prompt]) -> dict[str, np.ndarray]:
+        """The prompts of one request -> the output tensors ``[N, ...]``, by name: ``input_ids``
+        right-padded with each row's ``pad_id``, ``stop_words_list`` with ids 0 and offsets -1
+        (as TensorRT-LLM's preprocessing pads them)."""
+        rows = []
+        for index, prompt in enumerate(prompts):
+            try:
+                rows.append(self(prompt.text, prompt.values, prompt.stop_words))
+            except RequestError as exc:
+                if len(prompts) == 1:
+                    raise
+                raise RequestError(f"prompt {index} of {len(prompts)}: {exc}") from None
+        outputs = {}
+        for name in rows[0]:
+            arrays = [row[name] for row in rows]
+            if name == T.INPUT_IDS.name:
+                width = max(array.shape[0] for array in arrays)
+                arrays = [
+                    np.pad(array, (0, width - array.shape[0]), constant_values=int(row[T.PAD_ID.name][0]))
+                    for array, row in zip(arrays, rows)
+                ]
+            elif name == T.STOP_WORDS_LIST.name:
+                width = max(array.shape[1] for array in arrays)
+                arrays = [
+                    np.stack(
+                        [
+                            np.pad(array[0], (0, width - array.shape[1]), constant_values=0),
+                            np.pad(array[1], (0, width - array.shape[1]), constant_values=-1),
+                        ]
+                    )
+                    for array in arrays
+                ]
+            outputs[name] = np.stack(arrays)
+        return outputs
 
-def _decode_text(value: object) -> str:
+
+def _decode_text(value: object, name: str) -> str:
     if isinstance(value, bytes):
         try:
             return value.decode("utf-8")
         except UnicodeDecodeError:
-            raise RequestError("text_input is not valid UTF-8") from None
+            raise RequestError(f"{name} is not valid UTF-8") from None
     return str(value)
 
 
-def read_request(request) -> tuple[str, dict[str, object], list[str]]:
-    """The prompt, the scalar parameters (None when absent) and the stop words of one request."""
+def read_request(request) -> list[Prompt]:
+    """The prompts of one request (one per row of ``text_input``), each with its own values."""
 
     def array(name: str):
         tensor = pb_utils.get_input_tensor_by_name(request, name)
@@ -167,17 +345,39 @@ def read_request(request) -> tuple[str, dict[str, object], list[str]]:
     text = array(T.TEXT_INPUT.name)
     if text is None:
         raise RequestError("text_input is required")
-    if text.shape[0] != 1:
-        raise RequestError(f"send one prompt per request (shape [1, 1]); got a batch of {text.shape[0]}")
-    values = {}
-    for tensor in SCALAR_INPUTS:
+    if text.ndim == 0 or text.shape[0] == 0:
+        raise RequestError(f"text_input must hold one prompt per row (shape [N, 1]); got shape {list(text.shape)}")
+    size = text.shape[0]
+    columns = {}
+    for tensor in (*NUMBER_INPUTS, *TEXT_INPUTS, *WORD_LIST_INPUTS, *ARRAY_INPUTS):
         data = array(tensor.name)
-        if data is not None and data.size != 1:
-            raise RequestError(f"{tensor.name} must hold one value (shape [1, 1]); got shape {list(data.shape)}")
-        values[tensor.name] = None if data is None else data.reshape(-1)[0].item()
-    stop = array(T.STOP_WORDS.name)
-    stop_words = [] if stop is None else [_decode_text(word) for word in stop.reshape(-1)]
-    return _decode_text(text.reshape(-1)[0]), values, stop_words
+        if data is not None and (data.ndim == 0 or data.shape[0] != size):
+            raise RequestError(
+                f"{tensor.name} must have one row per prompt ({size}, as text_input); got shape {list(data.shape)}"
+            )
+        columns[tensor] = data
+    prompts = []
+    for row in range(size):
+        if text[row].size != 1:
+            raise RequestError(f"text_input must hold one prompt per row (shape [N, 1]); got shape {list(text.shape)}")
+        values: dict[str, object] = {}
+        for tensor, data in columns.items():
+            if data is None:
+                values[tensor.name] = None
+            elif tensor in NUMBER_INPUTS or tensor in TEXT_INPUTS:
+                if data[row].size != 1:
+                    raise RequestError(
+                        f"{tensor.name} must hold one value per prompt (shape [N, 1]); got shape {list(data.shape)}"
+                    )
+                value = data[row].reshape(-1)[0]
+                values[tensor.name] = _decode_text(value, tensor.name) if tensor in TEXT_INPUTS else value.item()
+            elif tensor in WORD_LIST_INPUTS:
+                values[tensor.name] = [_decode_text(word, tensor.name) for word in data[row].reshape(-1)]
+            else:
+                values[tensor.name] = data[row]
+        stop_words = tuple(values.get(T.STOP_WORDS.name) or ())
+        prompts.append(Prompt(_decode_text(text[row].reshape(-1)[0], T.TEXT_INPUT.name), values, stop_words))
+    return prompts
 
 
 class TritonPythonModel:
@@ -194,9 +394,8 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             try:
-                text, values, stop_words = read_request(request)
-                outputs = self.preprocessor(text, values, stop_words)
-                tensors = [pb_utils.Tensor(name, array[np.newaxis, ...]) for name, array in outputs.items()]
+                outputs = self.preprocessor.batch(read_request(request))
+                tensors = [pb_utils.Tensor(name, array) for name, array in outputs.items()]
                 responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             except RequestError as exc:
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))

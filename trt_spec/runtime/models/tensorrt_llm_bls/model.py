@@ -1,10 +1,14 @@
 """Triton python model ``tensorrt_llm_bls``: the draft -> verify loop (decoupled, async).
 
-Each request runs as its own asyncio task (:func:`trt_spec.runtime.bls.run_loop`), awaiting the
-two engine models through ``pb_utils.InferenceRequest(...).async_exec()``, so requests interleave
-and the engines can batch them. Every step that emits tokens is streamed as one response (the window
-protocol of :mod:`trt_spec.runtime.tensors`, so postprocessing stays streaming-safe) carrying the
-running totals; with ``stream`` false one response carries the whole completion. A cancelled
+Each request runs as its own asyncio task, and each of its prompts (a request may carry N, as
+TensorRT-LLM's ensemble takes them) as one more (:func:`trt_spec.runtime.bls.run_loop`), awaiting
+the two engine models through ``pb_utils.InferenceRequest(...).async_exec()``, so prompts interleave
+and the engines can batch them. With ``stream`` true every step that emits tokens is streamed as
+one response (the window protocol of :mod:`trt_spec.runtime.tensors`, so postprocessing stays
+streaming-safe) carrying the running totals; with ``stream`` false (the default) one response per
+prompt carries its whole completion (after the prompt, when ``exclude_input_in_output`` is
+false). A prompt of several carries ``batch_index``; the Triton final flag goes on the last
+response of the request, as TensorRT-LLM's decoupled backend sends a batch. A cancelled
 request stops before its next engine call: cancelled directly, or through the ensemble, where
 postprocessing relays the cancellation back with the request's key (see ``tensors.py``). A
 failing request ends with one short error line and the others go on. Prometheus metrics
@@ -211,65 +215,86 @@ class TritonPythonModel:
             return
         key = bls.new_request_key()
         self.cancelled[key] = False
-        self.engines.active += 1
         try:
             await self._generate(request, sender, key)
         finally:
-            self.engines.active -= 1
             del self.cancelled[key]
 
     async def _generate(self, request, sender, key):
-        times = bls.LoopTimes()
-        state = None
-
-        def respond(arrays, final):
-            self.responses.send(request, sender, arrays, key, final)
-
         try:
             inputs = {}
             for name in self.input_names:
                 tensor = pb_utils.get_input_tensor_by_name(request, name)
                 if tensor is not None:
                     inputs[name] = tensor.as_numpy()
-            loop_request = bls.read_loop_request(inputs, self.settings)
-            state = bls.new_state(loop_request)
-            windows = bls.ResponseWindows()
-            final_sent = False
+            prompts = bls.read_loop_requests(inputs, self.settings)
+        except Exception as exc:  # noqa: BLE001 - one short line to the client, never a traceback
+            failed = f"{self.name} failed: {type(exc).__name__}: {exc}"
+            message = str(exc) if isinstance(exc, GenerationParamsError) else failed
+            self.responses.send(request, sender, _error_response(message.splitlines()[0]), key, True)
+            self.responses.worker.submit(self.metrics.record, "failed", None, bls.LoopTimes())
+            return
+        # Each prompt runs as its own task; each ends with one last response, and the Triton final
+        # flag goes on the last of those (TensorRT-LLM's decoupled backend does the same per batch item).
+        unfinished = len(prompts)
+        failures: list[str] = []
 
-            def stream(current, new_tokens):
-                nonlocal final_sent
-                window, context = windows.next(current.output)
-                respond(bls.response_arrays(current, window, context, current.finished, key), current.finished)
-                final_sent = current.finished
+        def respond(arrays, last_of_prompt: bool) -> None:
+            nonlocal unfinished
+            unfinished -= last_of_prompt
+            self.responses.send(request, sender, arrays, key, last_of_prompt and unfinished == 0)
 
-            def cancelled():
-                # Streaming: the sender checks request.is_cancelled() after every response it sends.
-                return self.cancelled[key] or (not loop_request.stream and request.is_cancelled())
+        self.engines.active += len(prompts)
+        try:
+            await asyncio.gather(
+                *(self._generate_prompt(request, key, prompt, respond, failures) for prompt in prompts)
+            )
+        finally:
+            self.engines.active -= len(prompts)
+        if failures:
+            self.responses.send(request, sender, _error_response(failures[0]), key, True)
 
+    async def _generate_prompt(self, request, key, prompt: bls.LoopRequest, respond, failures: list[str]) -> None:
+        """One prompt of a request, to its last response (unless a prompt of the request failed:
+        then the request ends with that error alone)."""
+        times = bls.LoopTimes()
+        state = bls.new_state(prompt)
+        windows = bls.ResponseWindows()
+        last_sent = False
+
+        def stream(current, new_tokens):
+            nonlocal last_sent
+            window, context = windows.next(current.output)
+            last_sent = current.finished
+            respond(bls.response_arrays(current, window, context, current.finished, key, prompt), current.finished)
+
+        def cancelled():
+            # Streaming: the sender checks request.is_cancelled() after every response it sends.
+            return bool(failures) or self.cancelled[key] or (not prompt.stream and request.is_cancelled())
+
+        try:
             await bls.run_loop(
-                loop_request,
+                prompt,
                 self.settings,
                 self.engines,
                 state=state,
-                on_tokens=stream if loop_request.stream else None,
+                on_tokens=stream if prompt.stream else None,
                 is_cancelled=cancelled,
                 times=times,
             )
             outcome = "finished"
         except bls.Cancelled:
-            # The client is gone. A plain last response, not an error: Triton 2.51 never completes
-            # a cancelled ensemble request whose decoupled step ends with an error.
+            # The client is gone (or another prompt failed). A plain last response, not an error:
+            # Triton 2.51 never completes a cancelled ensemble request whose decoupled step ends
+            # with an error.
             outcome = "cancelled"
         except (GenerationParamsError, bls.EngineCallError) as exc:
-            self.responses.send(request, sender, _error_response(str(exc)), key, True)
-            self.responses.worker.submit(self.metrics.record, "failed", state, times)
-            return
+            failures.append(str(exc))
+            outcome = "failed"
         except Exception as exc:  # noqa: BLE001 - one short line to the client, never a traceback
-            message = f"{self.name} failed: {type(exc).__name__}: {exc}".splitlines()[0]
-            self.responses.send(request, sender, _error_response(message), key, True)
-            self.responses.worker.submit(self.metrics.record, "failed", state, times)
-            return
-        if not final_sent:
-            window, context = windows.next(state.output) if loop_request.stream else (state.output, 0)
-            respond(bls.response_arrays(state, window, context, True, key), True)
+            failures.append(f"{self.name} failed: {type(exc).__name__}: {exc}".splitlines()[0])
+            outcome = "failed"
+        if not last_sent and not failures:
+            window, context = bls.final_window(prompt, state, windows)
+            respond(bls.response_arrays(state, window, context, True, key, prompt), True)
         self.responses.worker.submit(self.metrics.record, outcome, state, times)
