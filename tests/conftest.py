@@ -11,6 +11,7 @@ import trt_spec.errors  # noqa: F401  (import early: fail fast if the package is
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 DEMO_PAIR = EXAMPLES / "pystdlib-pair"
+DEMO_EOS = 0  # the demo tokenizer's <|endoftext|>
 
 
 @pytest.fixture(autouse=True)
@@ -40,3 +41,43 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# --- the demo target alone: what every serving path's greedy output must equal -------------------
+
+
+@pytest.fixture(scope="session")
+def target():
+    """The demo pair's target as Hugging Face runs it, and its tokenizer (loaded once)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(DEMO_PAIR / "target"), dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(str(DEMO_PAIR / "target"))
+
+
+_references: dict[tuple[str, int], list[int]] = {}
+
+
+def greedy_reference(target, prompt: str, num_tokens: int) -> list[int]:
+    """The target alone: one full forward pass per token, no cache, stopping at EOS."""
+    import torch
+
+    key = (prompt, num_tokens)
+    if key not in _references:
+        model, tokenizer = target
+        tokens = list(tokenizer(prompt)["input_ids"])
+        output: list[int] = []
+        with torch.inference_mode():
+            while len(output) < num_tokens:
+                token = int(model(torch.tensor([tokens])).logits[0, -1].argmax())
+                if token == DEMO_EOS:
+                    break
+                output.append(token)
+                tokens.append(token)
+        _references[key] = output
+    return _references[key]
+
+
+def decode(target, tokens) -> str:
+    return target[1].decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)

@@ -18,8 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import torch
-from conftest import DEMO_PAIR, EXAMPLES
+from conftest import EXAMPLES, decode, greedy_reference
 
 from trt_spec.bench.prompts import prompt_texts
 from trt_spec.repository.writer import write_repository
@@ -33,7 +32,6 @@ openai = pytest.importorskip("openai", reason="the tests drive the endpoint with
 from trt_spec.serving.openai import OpenAIServer, tokenizer_dir_of  # noqa: E402
 
 MODEL = "pystdlib"
-EOS = 0  # the demo tokenizer's <|endoftext|>
 NEW_TOKENS = 32
 CHAT_TEMPLATE = (
     "{% for m in messages %}# {{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
@@ -92,41 +90,8 @@ def chat_client(chat_endpoint):
 
 
 @pytest.fixture(scope="module")
-def target():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(str(DEMO_PAIR / "target"), dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(str(DEMO_PAIR / "target"))
-
-
-@pytest.fixture(scope="module")
 def prompts():
     return prompt_texts(6, 200)
-
-
-_references: dict[tuple[str, int], list[int]] = {}
-
-
-def greedy_reference(target, prompt: str, num_tokens: int) -> list[int]:
-    """The target alone: one full forward pass per token, no cache, stopping at EOS."""
-    key = (prompt, num_tokens)
-    if key not in _references:
-        model, tokenizer = target
-        tokens = list(tokenizer(prompt)["input_ids"])
-        output = []
-        with torch.inference_mode():
-            while len(output) < num_tokens:
-                token = int(model(torch.tensor([tokens])).logits[0, -1].argmax())
-                if token == EOS:
-                    break
-                output.append(token)
-                tokens.append(token)
-        _references[key] = output
-    return _references[key]
-
-
-def decode(target, tokens) -> str:
-    return target[1].decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
 
 def prompt_tokens(target, prompt: str) -> int:

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
-from conftest import DEMO_PAIR, EXAMPLES
+from conftest import EXAMPLES, decode, greedy_reference
 
 from trt_spec.bench.prompts import prompt_texts
 from trt_spec.cli import main
@@ -30,7 +29,6 @@ from trt_spec.spec import load_spec
 pytest.importorskip("pytriton", reason="the CPU Triton server comes with nvidia-pytriton")
 grpcclient = pytest.importorskip("tritonclient.grpc")
 
-EOS = 0  # the demo tokenizer's <|endoftext|>
 NEW_TOKENS = 40
 
 
@@ -50,41 +48,8 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def target():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(str(DEMO_PAIR / "target"), dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(str(DEMO_PAIR / "target"))
-
-
-@pytest.fixture(scope="module")
 def prompts():
     return prompt_texts(8, 200)
-
-
-_references: dict[tuple[str, int], list[int]] = {}
-
-
-def greedy_reference(target, prompt: str, num_tokens: int) -> list[int]:
-    """The target alone: one full forward pass per token, no cache, stopping at EOS."""
-    key = (prompt, num_tokens)
-    if key not in _references:
-        model, tokenizer = target
-        tokens = list(tokenizer(prompt)["input_ids"])
-        output = []
-        with torch.inference_mode():
-            while len(output) < num_tokens:
-                token = int(model(torch.tensor([tokens])).logits[0, -1].argmax())
-                if token == EOS:
-                    break
-                output.append(token)
-                tokens.append(token)
-        _references[key] = output
-    return _references[key]
-
-
-def decode(target, tokens) -> str:
-    return target[1].decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
 
 def generate(server, prompt: str, **options):

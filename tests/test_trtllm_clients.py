@@ -24,8 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from conftest import DEMO_PAIR, EXAMPLES
-from test_triton_e2e import decode, greedy_reference
+from conftest import EXAMPLES, decode, greedy_reference
 
 from trt_spec.bench.prompts import prompt_texts
 from trt_spec.repository.writer import write_repository
@@ -46,15 +45,6 @@ def server(tmp_path_factory):
     result = write_repository(load_spec(EXAMPLES / "pystdlib-demo.yaml"), root / "repo", "torch")
     with TritonServer(result.path, ready_timeout_s=300) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def target():
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(str(DEMO_PAIR / "target"), dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(str(DEMO_PAIR / "target"))
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
-from conftest import DEMO_PAIR, EXAMPLES
+from conftest import DEMO_EOS, DEMO_PAIR, EXAMPLES, decode, greedy_reference
 from google.protobuf import json_format
 
 from trt_spec.bench.prompts import prompt_texts
@@ -46,7 +45,6 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 SPEC_FILE = EXAMPLES / "pystdlib-demo.yaml"
 TRT_SPEC = str(Path(sys.executable).parent / "trt-spec")  # the installed console script
 ENGINES = {T.TARGET: "target", T.DRAFT: "draft"}
-EOS = 0  # the demo tokenizer's <|endoftext|>
 NEW_TOKENS = 24
 
 
@@ -90,33 +88,6 @@ def server(served):
         running.stop()
 
 
-@pytest.fixture(scope="module")
-def target():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(str(DEMO_PAIR / "target"), dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(str(DEMO_PAIR / "target"))
-
-
-def greedy_reference(target, prompt: str, num_tokens: int) -> list[int]:
-    """The target alone: one full forward pass per token, no cache, stopping at EOS."""
-    model, tokenizer = target
-    tokens = list(tokenizer(prompt)["input_ids"])
-    output = []
-    with torch.inference_mode():
-        while len(output) < num_tokens:
-            token = int(model(torch.tensor([tokens])).logits[0, -1].argmax())
-            if token == EOS:
-                break
-            output.append(token)
-            tokens.append(token)
-    return output
-
-
-def decode(target, tokens) -> str:
-    return target[1].decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-
-
 def _model_config(path: Path) -> dict:
     """A config.pbtxt as the dict Triton hands a python model's initialize()."""
     return json_format.MessageToDict(read_config(path), preserving_proto_field_name=True)
@@ -139,7 +110,7 @@ def _engine_call(tokens: list[int], output_len: int | None = 8) -> dict[str, np.
     inputs = {
         T.INPUT_IDS.name: np.array([tokens], dtype=np.int32),
         T.INPUT_LENGTHS.name: np.array([[len(tokens)]], dtype=np.int32),
-        T.END_ID.name: np.array([[EOS]], dtype=np.int32),
+        T.END_ID.name: np.array([[DEMO_EOS]], dtype=np.int32),
     }
     if output_len is not None:
         inputs[T.REQUEST_OUTPUT_LEN.name] = np.array([[output_len]], dtype=np.int32)
