@@ -71,14 +71,18 @@ def copy_runtime(version_dir: Path) -> None:
     (version_dir / RUNTIME_COPY.parent / "__init__.py").write_text(RUNTIME_COPY_PACKAGE_FILE)
 
 
-def target_tokenizer_dir(spec: Spec) -> Path:
-    """The target checkpoint's folder (a local directory, or the downloaded snapshot)."""
-    local = spec.target.local_dir(spec.source_dir)
+def hf_checkpoint_dir(spec: Spec, role: str) -> Path:
+    """The role's Hugging Face checkpoint folder: a local directory, or the downloaded snapshot.
+
+    Raises:
+        NotDownloadedError: a Hub model that ``trt-spec download`` has not fetched.
+    """
+    local = spec.role(role).local_dir(spec.source_dir)
     if local is not None:
         return local
     from trt_spec.checkpoints.download import local_snapshot
 
-    return local_snapshot(spec, "target").path
+    return local_snapshot(spec, role).path
 
 
 def write_repository(
@@ -105,15 +109,11 @@ def write_repository(
     """
     plan = plan or make_plan(spec)
     flavor = flavor or spec.triton.flavor
-    tokenizer_source = Path(tokenizer_dir) if tokenizer_dir else target_tokenizer_dir(spec)
+    tokenizer_source = Path(tokenizer_dir) if tokenizer_dir else hf_checkpoint_dir(spec, "target")
     hf_dirs = {"target": str(tokenizer_source)}
-    draft_local = spec.draft.local_dir(spec.source_dir)
-    if draft_local is not None:
-        hf_dirs["draft"] = str(draft_local)
-    elif flavor == "torch":  # the twin runs the draft's checkpoint: it must be downloaded
-        from trt_spec.checkpoints.download import local_snapshot
-
-        hf_dirs["draft"] = str(local_snapshot(spec, "draft").path)
+    # The twin runs the draft's checkpoint: for the torch flavor it must be there (downloaded).
+    if flavor == "torch" or spec.draft.local_dir(spec.source_dir) is not None:
+        hf_dirs["draft"] = str(hf_checkpoint_dir(spec, "draft"))
     settings = configs.settings_from_plan(
         plan,
         flavor=flavor,

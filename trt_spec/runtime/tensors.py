@@ -124,6 +124,11 @@ class Tensor:
         ragged nor reshaped (an engine scalar's ``dims: [1]`` stays ``[1]``)."""
         return Tensor(self.name, self.dtype, self.dims)
 
+    def as_engine_scalar(self) -> Tensor:
+        """The engine models' optional input of the same name and dtype: ``dims: [1]`` with
+        ``reshape: []``, as TensorRT-LLM's ``tensorrt_llm`` config declares its scalars."""
+        return Tensor(self.name, self.dtype, (1,), optional=True, scalar_reshape=True)
+
     def with_dims(self, dims: tuple[int, ...], doc: str = "") -> Tensor:
         """A plain tensor (see :meth:`as_plain`) of the same name and dtype with other dims."""
         return Tensor(self.name, self.dtype, dims, doc=doc)
@@ -285,17 +290,17 @@ INPUT_LENGTHS = _engine_scalar("input_lengths", "INT32", optional=False)
 REQUEST_OUTPUT_LEN = _engine_scalar("request_output_len", "INT32", optional=False)
 DRAFT_INPUT_IDS = Tensor("draft_input_ids", "INT32", (-1,), optional=True, ragged=True)
 DRAFT_LOGITS = Tensor("draft_logits", "FP32", (-1, -1), optional=True, ragged=True)  # [K, vocab]
-END_ID = _engine_scalar("end_id", "INT32")
-PAD_ID = _engine_scalar("pad_id", "INT32")
+END_ID = REQUEST_END_ID.as_engine_scalar()
+PAD_ID = REQUEST_PAD_ID.as_engine_scalar()
 STOP_WORDS_LIST = Tensor("stop_words_list", "INT32", (2, -1), optional=True, ragged=True)  # [ids; offsets]
-BEAM_WIDTH = _engine_scalar("beam_width", "INT32")
-ENGINE_TEMPERATURE = _engine_scalar("temperature", "FP32")
+BEAM_WIDTH = REQUEST_BEAM_WIDTH.as_engine_scalar()
+ENGINE_TEMPERATURE = TEMPERATURE.as_engine_scalar()
 RUNTIME_TOP_K = _engine_scalar("runtime_top_k", "INT32")
 RUNTIME_TOP_P = _engine_scalar("runtime_top_p", "FP32")
-ENGINE_SEED = _engine_scalar("seed", "UINT64")  # 1.2.x reads "seed" (older backends: "random_seed")
-RETURN_GENERATION_LOGITS = _engine_scalar("return_generation_logits", "BOOL")
-RETURN_PERF_METRICS = _engine_scalar("return_perf_metrics", "BOOL")
-EXCLUDE_INPUT_IN_OUTPUT = _engine_scalar("exclude_input_in_output", "BOOL")
+ENGINE_SEED = SEED.as_engine_scalar()  # 1.2.x reads "seed" (older backends: "random_seed")
+RETURN_GENERATION_LOGITS = REQUEST_RETURN_GENERATION_LOGITS.as_engine_scalar()
+RETURN_PERF_METRICS = REQUEST_RETURN_PERF_METRICS.as_engine_scalar()
+EXCLUDE_INPUT_IN_OUTPUT = REQUEST_EXCLUDE_INPUT_IN_OUTPUT.as_engine_scalar()
 STREAMING = _engine_scalar("streaming", "BOOL")
 
 OUTPUT_IDS = Tensor("output_ids", "INT32", (-1, -1))  # [beam, tokens]

@@ -19,7 +19,7 @@ from pathlib import Path
 from trt_spec.errors import RepositoryError
 from trt_spec.plan import Plan, make_plan
 from trt_spec.repository import configs
-from trt_spec.repository.writer import MODELS_SOURCE_DIR, copy_runtime
+from trt_spec.repository.writer import MODELS_SOURCE_DIR, copy_runtime, hf_checkpoint_dir
 from trt_spec.runtime import tensors as T
 from trt_spec.spec import Spec
 
@@ -30,20 +30,6 @@ ROLES = {T.TARGET: "target", T.DRAFT: "draft"}  # engine model name: role
 VERSION = "1"
 
 
-def hf_model_dir(spec: Spec, role: str) -> Path:
-    """The role's Hugging Face checkpoint: the local directory, or the downloaded snapshot.
-
-    Raises:
-        NotDownloadedError: a Hub model that ``trt-spec download`` has not fetched.
-    """
-    local = spec.role(role).local_dir(spec.source_dir)
-    if local is not None:
-        return local
-    from trt_spec.checkpoints.download import local_snapshot
-
-    return local_snapshot(spec, role).path
-
-
 def engine_facts(spec: Spec, role: str, plan: Plan | None = None):
     """What ``trtllm-build`` makes of the spec's plan for ``role``, as the emulator takes it."""
     from trt_spec.runtime.trtllm_emulator import EngineFacts
@@ -52,7 +38,7 @@ def engine_facts(spec: Spec, role: str, plan: Plan | None = None):
     k = spec.num_draft_tokens if role == "target" else 0
     return EngineFacts(
         role=role,
-        hf_model_dir=str(hf_model_dir(spec, role)),
+        hf_model_dir=str(hf_checkpoint_dir(spec, role)),
         max_batch_size=spec.engine.max_batch_size,
         max_input_len=spec.engine.max_input_len,
         max_seq_len=spec.engine.max_seq_len + k,  # trtllm-build adds max_draft_len to the target's
