@@ -56,21 +56,28 @@ def target():
     return model, AutoTokenizer.from_pretrained(str(DEMO_PAIR / "target"))
 
 
-_references: dict[tuple[str, int], list[int]] = {}
+_references: dict[tuple, list[int]] = {}
 
 
-def greedy_reference(target, prompt: str, num_tokens: int) -> list[int]:
-    """The target alone: one full forward pass per token, no cache, stopping at EOS."""
+def greedy_reference(target, prompt: str, num_tokens: int, penalties=None) -> list[int]:
+    """The target alone: one full forward pass per token, no cache, stopping at EOS, with the
+    ensemble's defaults (TensorRT-LLM's ``min_tokens`` 1: EOS never first) or ``penalties``
+    (:class:`trt_spec.runtime.penalties.Penalties`), applied as the engines apply them."""
     import torch
 
-    key = (prompt, num_tokens)
+    from trt_spec.runtime.penalties import ENGINE_DEFAULT_PENALTIES, adjusted_scores
+
+    penalties = ENGINE_DEFAULT_PENALTIES if penalties is None else penalties
+    key = (prompt, num_tokens, penalties)
     if key not in _references:
         model, tokenizer = target
         tokens = list(tokenizer(prompt)["input_ids"])
         output: list[int] = []
         with torch.inference_mode():
             while len(output) < num_tokens:
-                token = int(model(torch.tensor([tokens])).logits[0, -1].argmax())
+                logits = model(torch.tensor([tokens])).logits[0, -1:]
+                scores = adjusted_scores(logits, 1.0, penalties.after(len(output)), tokens, (), DEMO_EOS)
+                token = int(scores.argmax())
                 if token == DEMO_EOS:
                     break
                 output.append(token)

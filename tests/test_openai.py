@@ -283,7 +283,8 @@ def test_chat_without_max_tokens_fills_the_context(chat_client):
     ("options", "param", "text"),
     [
         ({"n": 2}, "n", "send n=1"),
-        ({"presence_penalty": 0.5}, "presence_penalty", "presence_penalty=0"),
+        ({"presence_penalty": 2.5}, "presence_penalty", "less than or equal to 2"),
+        ({"logit_bias": {"10": 1.0}}, "logit_bias", "leave it out"),
         ({"logprobs": 2}, "logprobs", "not supported"),
         ({"extra_body": {"ignore_eos": True}}, "ignore_eos", "not supported"),
         ({"temperature": 3.0}, "temperature", "less than or equal to 2"),

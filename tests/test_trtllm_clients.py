@@ -201,7 +201,7 @@ def test_e2e_client_with_its_optional_inputs_at_their_defaults(server, target, p
     result = answer.results[0]
     assert answer.text() == completion(target, prompts[2])
     assert result.as_numpy("sequence_index")[0][0] == 0 and result.as_numpy("batch_index") is None  # one prompt
-    assert result.as_numpy("cum_log_probs") is None  # declared, not filled (return_log_probs is refused)
+    assert result.as_numpy("cum_log_probs") is None  # filled only with return_log_probs
 
 
 def test_end_id_and_exclude_input_in_output_per_request(server, target, prompts):
@@ -392,15 +392,12 @@ def test_real_curl(server, target):
 REFUSED = [
     ("beam_width", np.array([[4]], dtype=np.int32), "beam_width = 4 is not supported: speculative decoding"),
     ("num_return_sequences", np.array([[2]], dtype=np.int32), "num_return_sequences = 2 is not supported"),
-    ("repetition_penalty", np.array([[1.2]], dtype=np.float32), "repetition_penalty = 1.2 is not supported with"),
-    ("presence_penalty", np.array([[0.5]], dtype=np.float32), "presence_penalty = 0.5 is not supported with"),
-    ("frequency_penalty", np.array([[0.5]], dtype=np.float32), "frequency_penalty = 0.5 is not supported with"),
+    ("repetition_penalty", np.array([[0.0]], dtype=np.float32), "repetition_penalty must be a finite number > 0"),
+    ("presence_penalty", np.array([[np.inf]], dtype=np.float32), "presence_penalty must be a finite number"),
+    ("frequency_penalty", np.array([[np.nan]], dtype=np.float32), "frequency_penalty must be a finite number"),
     ("length_penalty", np.array([[2.0]], dtype=np.float32), "length_penalty = 2 is not supported with"),
-    ("min_tokens", np.array([[5]], dtype=np.int32), "min_tokens = 5 is not supported with"),
-    ("bad_words", np.array([["return"]], dtype=object), "bad_words = ['return'] is not supported with"),
-    ("embedding_bias_words", np.array([["x"]], dtype=object), "embedding_bias_words = ['x'] is not supported"),
-    ("embedding_bias_weights", np.array([[1.5]], dtype=np.float32), "embedding_bias_weights = a tensor of shape"),
-    ("return_log_probs", np.array([[True]]), "return_log_probs = true is not supported with"),
+    ("min_tokens", np.array([[-1]], dtype=np.int32), "min_tokens must be >= 0"),
+    ("embedding_bias_weights", np.array([[1.5]], dtype=np.float32), "embedding_bias_words has 0 entries"),
     ("return_context_logits", np.array([[True]]), "return_context_logits = true is not supported with"),
     ("return_generation_logits", np.array([[True]]), "return_generation_logits = true is not supported with"),
     ("return_perf_metrics", np.array([[True]]), "return_perf_metrics = true is not supported with"),
@@ -438,3 +435,75 @@ def test_the_server_keeps_serving_after_refusals_and_seed_aliases(server, prompt
     ok = stream_infer(server, e2e_inputs("def f():", 4, exclude_input_in_output=True))
     assert ok.errors == [] and ok.results[0].as_numpy("num_output_tokens")[0][0] == 4
     assert time.monotonic() - started < 60
+
+
+# --- penalties, min_tokens, bad words, embedding bias and log probs -------------------------------
+
+
+def penalised_case(target, prompt: str):
+    """Penalties that change this prompt's greedy completion: a bad word and a negative bias on
+    tokens the plain completion holds, and a minimum length beyond where it stops."""
+    import torch
+
+    from trt_spec.runtime.penalties import Penalties
+
+    tokenizer = target[1]
+    plain = greedy_reference(target, prompt, NEW_TOKENS)
+    banned, biased = tokenizer.decode([plain[1]]), tokenizer.decode([plain[3]])
+    penalties = Penalties(
+        repetition_penalty=1.3,
+        presence_penalty=0.4,
+        frequency_penalty=0.2,
+        min_tokens=NEW_TOKENS // 2,
+        bad_words=(tuple(tokenizer.encode(banned, add_special_tokens=False)),),
+        embedding_bias=tuple((token, -3.0) for token in tokenizer.encode(biased)),
+    )
+    inputs = {
+        "repetition_penalty": np.array([[1.3]], dtype=np.float32),
+        "presence_penalty": np.array([[0.4]], dtype=np.float32),
+        "frequency_penalty": np.array([[0.2]], dtype=np.float32),
+        "min_tokens": np.array([[NEW_TOKENS // 2]], dtype=np.int32),
+        "bad_words": np.array([[banned]], dtype=object),
+        "embedding_bias_words": np.array([[biased]], dtype=object),
+        "embedding_bias_weights": np.array([[-3.0]], dtype=np.float32),
+        "return_log_probs": np.array([[True]], dtype=bool),
+    }
+    expected = greedy_reference(target, prompt, NEW_TOKENS, penalties)
+    assert expected != plain  # the penalties change the output: the test below can fail
+    model = target[0]
+    tokens = list(tokenizer(prompt)["input_ids"])
+    with torch.inference_mode():
+        logits = model(torch.tensor([tokens + expected])).logits[0, len(tokens) - 1 : -1]  # [n, V]
+    from trt_spec.runtime.penalties import adjusted_scores
+
+    scores = adjusted_scores(logits, 1.0, penalties, tokens, expected, target[1].eos_token_id)
+    log_probs = scores.log_softmax(-1)[torch.arange(len(expected)), torch.tensor(expected)].tolist()
+    return inputs, expected, log_probs
+
+
+@pytest.mark.parametrize("num_draft_tokens", [4, 0])
+def test_e2e_client_penalties_are_applied_exactly_as_by_the_target_alone(server, target, prompts, num_draft_tokens):
+    inputs, expected, log_probs = penalised_case(target, prompts[1])
+    inputs["num_draft_tokens"] = np.array([[num_draft_tokens]], dtype=np.int32)
+    outputs = ["text_output", "output_log_probs", "cum_log_probs", "num_output_tokens"]
+    answer = stream_infer(server, e2e_inputs(prompts[1], exclude_input_in_output=True, **inputs), outputs)
+    assert answer.errors == [] and len(answer.results) == 1
+    result = answer.results[0]
+    assert answer.text() == decode(target, expected)
+    assert result.as_numpy("num_output_tokens")[0][0] == len(expected)
+    got = result.as_numpy("output_log_probs")
+    assert got.shape == (1, 1, len(expected))  # [batch, beams, tokens], as TensorRT-LLM shapes it
+    assert np.allclose(got.reshape(-1), log_probs, atol=1e-3)
+    assert result.as_numpy("cum_log_probs").shape == (1, 1)
+    assert np.isclose(result.as_numpy("cum_log_probs")[0, 0], sum(log_probs), atol=1e-2)
+
+
+def test_streamed_log_probs_are_each_responses_new_tokens(server, target, prompts):
+    inputs, expected, log_probs = penalised_case(target, prompts[1])
+    answer = stream_infer(
+        server, e2e_inputs(prompts[1], streaming=True, **inputs), ["text_output", "output_log_probs", "cum_log_probs"]
+    )
+    assert answer.errors == [] and answer.texts() == decode(target, expected)
+    streamed = [r.as_numpy("output_log_probs") for r in answer.results if r.as_numpy("output_log_probs") is not None]
+    assert np.allclose(np.concatenate([p.reshape(-1) for p in streamed]), log_probs, atol=1e-3)
+    assert np.isclose(answer.results[-1].as_numpy("cum_log_probs")[0, 0], sum(log_probs), atol=1e-2)

@@ -374,3 +374,29 @@ def test_serve_emulates_the_engines_and_removes_its_copy_at_stop(tmp_path, writt
     assert len(notes) == 1 and T.TARGET in notes[0] and T.DRAFT in notes[0], errors
     assert not any(path.name.startswith("trt-spec-emulated-") for path in temp.iterdir())  # removed at stop
     assert _tree_digest(written[0]) == written[1]
+
+
+@pytest.mark.parametrize("num_draft_tokens", [4, 0])
+def test_greedy_with_penalties_equals_the_target_alone(server, target, num_draft_tokens):
+    # The engines apply them (the emulated penalty and ban-words layers); the loop sends each call
+    # what is left of min_tokens, since TensorRT-LLM's default of 1 would forbid EOS at every call's start.
+    from trt_spec.runtime.penalties import Penalties
+
+    tokenizer = target[1]
+    prompt = prompt_texts(3, 200)[0]
+    plain = greedy_reference(target, prompt, NEW_TOKENS)
+    banned = tokenizer.decode([plain[2]])
+    penalties = Penalties(
+        repetition_penalty=1.2,
+        presence_penalty=0.5,
+        min_tokens=NEW_TOKENS,
+        bad_words=(tuple(tokenizer.encode(banned, add_special_tokens=False)),),
+    )
+    expected = greedy_reference(target, prompt, NEW_TOKENS, penalties)
+    assert expected != plain
+    options = {"repetition_penalty": 1.2, "presence_penalty": 0.5, "min_tokens": NEW_TOKENS, "bad_words": [banned]}
+    with SpecClient(server.grpc_url) as client:
+        events = list(client.generate(prompt, max_tokens=NEW_TOKENS, num_draft_tokens=num_draft_tokens, **options))
+    assert "".join(event.text for event in events) == decode(target, expected)
+    assert events[-1].num_output_tokens == len(expected)
+    assert (events[-1].total_draft_tokens > 0) == (num_draft_tokens > 0)

@@ -4,7 +4,8 @@ The demo pair with `acceptance: probabilistic`, its tensorrtllm-flavor repositor
 real CPU Triton with the engine models in the TensorRT-LLM backend emulator, which verifies
 drafts as TensorRT-LLM's external-draft-tokens layer does (q = softmax of the draft_logits it is
 sent, p = the target's processed distribution). Two-token completions at temperature 0.7 with
-top-k and top-p: each step drafts one token, so the first token always comes out of a
+top-k, top-p, a repetition and a presence penalty (and the default min_tokens 1: no EOS first):
+each step drafts one token, so the first token always comes out of a
 verification (accepted, or drawn from the residual) and the second from a verification or a plain
 call. Their frequencies must match the target's exact two-token distribution within 6 sigma.
 Sending the draft's raw logits instead of its processed distribution fails this test (seen: a
@@ -23,7 +24,8 @@ from conftest import DEMO_PAIR
 
 from trt_spec.client import SpecClient
 from trt_spec.repository.writer import write_repository
-from trt_spec.runtime.sampling import SamplingParams, probabilities
+from trt_spec.runtime.penalties import Penalties, adjusted_scores
+from trt_spec.runtime.sampling import SamplingParams, filtered_softmax
 from trt_spec.serving.emulation import emulated_repository
 from trt_spec.serving.server import TritonServer
 from trt_spec.spec import parse_spec
@@ -31,6 +33,7 @@ from trt_spec.spec import parse_spec
 pytest.importorskip("pytriton", reason="the CPU Triton server comes with nvidia-pytriton")
 
 SAMPLING = SamplingParams(temperature=0.7, top_k=20, top_p=0.9)
+PENALTIES = Penalties(repetition_penalty=1.3, presence_penalty=0.5, min_tokens=1)  # min_tokens: the default
 PROMPT = "import "
 NUM_REQUESTS = 1200
 CLIENTS = 4
@@ -77,7 +80,10 @@ def exact_two_token_distribution() -> dict[str, float]:
 
     def next_probs(tokens: list[int]) -> torch.Tensor:
         with torch.inference_mode():
-            return probabilities(model(torch.tensor([tokens])).logits[0, -1:], SAMPLING)[0]
+            logits = model(torch.tensor([tokens])).logits[0, -1:]
+        step = len(tokens) - len(prompt)
+        scores = adjusted_scores(logits, SAMPLING.temperature, PENALTIES.after(step), tokens, (), EOS)
+        return filtered_softmax(scores, SAMPLING)[0]
 
     def text(tokens: list[int]) -> str:
         return tokenizer.decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
@@ -106,6 +112,8 @@ def test_sampled_completions_follow_the_target_distribution(server):
                         temperature=SAMPLING.temperature,
                         top_k=SAMPLING.top_k,
                         top_p=SAMPLING.top_p,
+                        repetition_penalty=PENALTIES.repetition_penalty,
+                        presence_penalty=PENALTIES.presence_penalty,
                         seed=index,
                     )
                 )

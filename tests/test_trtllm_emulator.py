@@ -587,7 +587,7 @@ def test_input_lengths_is_not_read_for_one_sequence(draft, models):
     "extra",
     [
         {"temperature": np.array([[0.5]], dtype=np.float64)},  # the backend would misread its buffer
-        {"repetition_penalty": np.array([[1.2]], dtype=np.float32)},  # penalties are not emulated
+        {"len_penalty": np.array([[1.2]], dtype=np.float32)},  # beam search only, not emulated
         {"beam_width": np.array([[2]], dtype=np.int32)},
     ],
 )

@@ -87,8 +87,10 @@ def loop_inputs(
     end_id=1,
     stop_words=None,
     adaptive=None,
+    min_tokens=0,
+    return_log_probs=False,
 ) -> dict[str, np.ndarray]:
-    """What preprocessing hands the loop model (batch dimension 1)."""
+    """What preprocessing hands the loop model (batch dimension 1); no penalties."""
     inputs = {
         "input_ids": np.array([prompt], dtype=np.int32),
         "input_lengths": np.array([[len(prompt)]], dtype=np.int32),
@@ -104,6 +106,13 @@ def loop_inputs(
         "exclude_input_in_output": np.array([[True]], dtype=bool),
         "return_num_input_tokens": np.array([[False]], dtype=bool),
         "return_num_output_tokens": np.array([[False]], dtype=bool),
+        "bad_words_list": np.array([[[0], [-1]]], dtype=np.int32),
+        "embedding_bias": np.zeros((1, 0), dtype=np.float32),
+        "repetition_penalty": np.array([[1.0]], dtype=np.float32),
+        "presence_penalty": np.array([[0.0]], dtype=np.float32),
+        "frequency_penalty": np.array([[0.0]], dtype=np.float32),
+        "min_tokens": np.array([[min_tokens]], dtype=np.int32),
+        "return_log_probs": np.array([[return_log_probs]], dtype=bool),
     }
     if seed is not None:
         inputs["seed"] = np.array([[seed]], dtype=np.uint64)
@@ -472,7 +481,8 @@ def test_draft_logits_sent_are_the_distribution_the_draft_sampled_from():
 
     raw = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 3
     sampling = SamplingParams(temperature=0.6, top_k=10, top_p=0.8)
-    sent = torch.from_numpy(bls.draft_distribution_logits(raw.numpy(), sampling))
+    request = bls.read_loop_request(loop_inputs([1, 2], temperature=0.6, top_k=10, top_p=0.8), loop_parameters())
+    sent = torch.from_numpy(bls.draft_distribution_logits(raw.numpy(), request, [1, 2], [3, 4, 5]))
     q = probabilities(raw, sampling)
     # The target takes softmax(draft_logits) as the draft's distribution, with nothing applied.
     torch.testing.assert_close(sent.softmax(dim=-1), q, atol=1e-6, rtol=1e-5)

@@ -41,6 +41,7 @@ class StreamEvent:
     num_target_calls: int
     num_output_tokens: int  # tokens generated so far
     arrival_s: float  # time.perf_counter() when the response arrived
+    log_probs: tuple[float, ...] = ()  # with return_log_probs: this response's new tokens under the target
 
 
 def request_inputs(
@@ -55,6 +56,12 @@ def request_inputs(
     stop_words: Sequence[str] = (),
     stream: bool = True,
     adaptive_draft: bool | None = None,
+    repetition_penalty: float | None = None,
+    presence_penalty: float | None = None,
+    frequency_penalty: float | None = None,
+    min_tokens: int | None = None,
+    bad_words: Sequence[str] = (),
+    return_log_probs: bool | None = None,
 ) -> list:
     """The ensemble's input tensors for one request; optional ones only when given, but ``stream``
     always (the ensemble's default is false, as TensorRT-LLM's). The ensemble decodes greedily
@@ -79,13 +86,19 @@ def request_inputs(
         (T.NUM_DRAFT_TOKENS, num_draft_tokens),
         (T.SEED, seed),
         (T.ADAPTIVE_DRAFT, adaptive_draft),
+        (T.REPETITION_PENALTY, repetition_penalty),
+        (T.PRESENCE_PENALTY, presence_penalty),
+        (T.FREQUENCY_PENALTY, frequency_penalty),
+        (T.MIN_TOKENS, min_tokens),
+        (T.RETURN_LOG_PROBS, return_log_probs),
     )
     inputs += [scalar(tensor, value) for tensor, value in optional if value is not None]
-    if stop_words:
-        words = np.array([[word.encode() for word in stop_words]], dtype=object)  # [1, n]
-        infer_input = grpcclient.InferInput(T.STOP_WORDS.name, list(words.shape), T.STOP_WORDS.dtype)
-        infer_input.set_data_from_numpy(words)
-        inputs.append(infer_input)
+    for tensor, strings in ((T.STOP_WORDS, stop_words), (T.BAD_WORDS, bad_words)):
+        if strings:
+            words = np.array([[word.encode() for word in strings]], dtype=object)  # [1, n]
+            infer_input = grpcclient.InferInput(tensor.name, list(words.shape), tensor.dtype)
+            infer_input.set_data_from_numpy(words)
+            inputs.append(infer_input)
     return inputs
 
 
@@ -149,7 +162,8 @@ class SpecClient:
         """Yield the responses of one request as they arrive (with ``stream=False``: one).
 
         ``options``: temperature, top_k, top_p, num_draft_tokens, seed, stop_words, stream,
-        adaptive_draft. Closing the iterator before the end (``break``) cancels the request on
+        adaptive_draft, repetition_penalty, presence_penalty, frequency_penalty, min_tokens,
+        bad_words, return_log_probs (:func:`request_inputs`). Closing the iterator before the end (``break``) cancels the request on
         the server.
         """
         self._ensure_stream()
@@ -221,6 +235,7 @@ def _event(result, arrival: float) -> StreamEvent:
         return None if value is None else value.reshape(-1)[0]
 
     text = scalar(T.TEXT_OUTPUT)
+    log_probs = result.as_numpy(T.OUTPUT_LOG_PROBS.name)
     return StreamEvent(
         text=text.decode("utf-8") if isinstance(text, bytes) else (text or ""),
         total_draft_tokens=int(scalar(T.TOTAL_DRAFT_TOKENS) or 0),
@@ -229,6 +244,7 @@ def _event(result, arrival: float) -> StreamEvent:
         num_target_calls=int(scalar(T.NUM_TARGET_CALLS) or 0),
         num_output_tokens=int(scalar(T.NUM_OUTPUT_TOKENS) or 0),
         arrival_s=arrival,
+        log_probs=() if log_probs is None else tuple(float(x) for x in log_probs.reshape(-1)),
     )
 
 

@@ -15,7 +15,14 @@ fewer, e.g. after ``end_id``), the target for ``request_output_len`` = len(draft
 the request samples); the target's answer is committed to the state. Both engines get the
 request's ``end_id``, ``pad_id`` and stop words, as TensorRT-LLM's own BLS model sends them
 (``triton_backend/all_models/inflight_batcher_llm/tensorrt_llm_bls/1/lib/triton_decoder.py``,
-``_get_llm_tensors_from_request``), so the target stops where the draft does.
+``_get_llm_tensors_from_request``), so the target stops where the draft does; and the same
+penalties, bad words and embedding bias, with ``min_tokens`` = what is left of the request's
+minimum, always sent (TensorRT-LLM's default is 1 per request, which would forbid ``end_id`` as
+the first token of every call: :mod:`trt_spec.runtime.penalties`). Each engine applies them per
+position, drafts included, so the draft's q and the target's p are the distributions of the
+request as one call would see them. ``return_log_probs``: the target's generation logits of each
+call give the log probability of every emitted token under the target's adjusted scores, before
+top-k and top-p (:func:`emitted_log_probs`).
 
 What TensorRT-LLM 1.2.x's backend and its external-draft-tokens layer do, and what follows here
 (each rule is also enforced by ``trtllm_emulator.py``):
@@ -58,7 +65,8 @@ from trt_spec.runtime import tensors as T
 from trt_spec.runtime.errors import GenerationParamsError
 from trt_spec.runtime.loop import PLAIN_DECODING, GenerationParams, LoopState, call_seed
 from trt_spec.runtime.parameters import LoopParameters
-from trt_spec.runtime.sampling import GREEDY_TEMPERATURE, SamplingParams, probabilities
+from trt_spec.runtime.penalties import NEUTRAL_TEMPERATURE, Penalties, adjusted_scores
+from trt_spec.runtime.sampling import GREEDY_TEMPERATURE, filtered_softmax
 
 _SEED_BITS = 63
 MASKED_LOGIT = -1e30  # a softmax weight of exactly 0 in float32, the draft_logits dtype
@@ -95,6 +103,15 @@ class LoopRequest:
     return_num_output_tokens: bool = False  # num_output_tokens as TensorRT-LLM counts it (tensors.py)
     batch_index: int = 0  # this prompt's row in its request
     batch_size: int = 1  # the prompts of its request
+    penalties: Penalties = Penalties()  # min_tokens: the request's
+    bad_words_list: np.ndarray | None = None  # [1, 2, L]: TensorRT-LLM's format; None = no bad words
+    embedding_bias: np.ndarray | None = None  # [1, V] float32; None = no bias
+    return_log_probs: bool = False
+
+    def temperature_for_scores(self) -> float:
+        """The temperature the engines scale by: greedy requests send none (1)."""
+        sampling = self.params.sampling
+        return NEUTRAL_TEMPERATURE if sampling.greedy else sampling.temperature
 
 
 def _value(inputs: Mapping[str, np.ndarray], name: str) -> bool | int | float | None:
@@ -167,6 +184,17 @@ def _read_prompt(inputs: Mapping[str, np.ndarray], settings: LoopParameters, row
             f"got {seed} and {alias}"
         )
     seed = seed if seed is not None else alias
+    bad_words = inputs[T.BAD_WORDS_LIST.name]
+    bias = inputs[T.EMBEDDING_BIAS.name].reshape(-1).astype(np.float32)
+    has_bias = bool(bias.size and np.any(bias))
+    penalties = Penalties(  # raises GenerationParamsError on a bad value
+        repetition_penalty=float(_value(inputs, T.ENGINE_REPETITION_PENALTY.name)),
+        presence_penalty=float(_value(inputs, T.ENGINE_PRESENCE_PENALTY.name)),
+        frequency_penalty=float(_value(inputs, T.ENGINE_FREQUENCY_PENALTY.name)),
+        min_tokens=int(_value(inputs, T.ENGINE_MIN_TOKENS.name)),
+        bad_words=T.stop_words_from_list(bad_words[0].tolist()),
+        embedding_bias=tuple((int(i), float(bias[i])) for i in np.flatnonzero(bias)) if has_bias else (),
+    )
     return LoopRequest(
         prompt=[int(token) for token in input_ids[:length]],
         params=params,
@@ -180,6 +208,12 @@ def _read_prompt(inputs: Mapping[str, np.ndarray], settings: LoopParameters, row
         return_num_output_tokens=bool(_value(inputs, T.RESOLVED_RETURN_NUM_OUTPUT_TOKENS.name)),
         batch_index=row,
         batch_size=size,
+        penalties=penalties,
+        bad_words_list=(
+            np.ascontiguousarray(bad_words.reshape(1, 2, -1), dtype=np.int32) if penalties.bad_words else None
+        ),
+        embedding_bias=bias.reshape(1, -1) if has_bias else None,
+        return_log_probs=bool(_value(inputs, T.RESOLVED_RETURN_LOG_PROBS.name)),
     )
 
 
@@ -199,6 +233,7 @@ def engine_inputs(
     draft_tokens: Sequence[int] = (),
     draft_logits: np.ndarray | None = None,
     return_logits: bool = False,
+    min_tokens: int = 0,
 ) -> dict[str, np.ndarray]:
     """One engine call's inputs by TensorRT-LLM name: only what the call needs, since every
     tensor costs a shared-memory copy on each hop of a BLS call (~40 us each on a CPU).
@@ -208,7 +243,9 @@ def engine_inputs(
     temperature, top-k, top-p and the call's seed. ``end_id``, ``pad_id`` and the stop words go to
     both engines, as TensorRT-LLM's own BLS model sends them: without ``end_id`` TensorRT-LLM
     never stops at EOS. ``exclude_input_in_output`` is the engine models' configured default (the
-    tensorrtllm configs set it; the twin's default is the same)."""
+    tensorrtllm configs set it; the twin's default is the same). Penalties, bad words and the
+    embedding bias are sent only when they change something; ``min_tokens`` (the call's share of
+    the request's minimum) always, since absent means 1 to TensorRT-LLM."""
     inputs = {
         T.INPUT_IDS.name: np.array([sequence], dtype=np.int32),  # [1, L]
         T.INPUT_LENGTHS.name: _scalar(len(sequence), np.int32),
@@ -216,7 +253,19 @@ def engine_inputs(
         T.END_ID.name: _scalar(request.end_id, np.int32),
         T.PAD_ID.name: _scalar(request.pad_id, np.int32),
         T.STOP_WORDS_LIST.name: request.stop_words_list,  # [1, 2, L]
+        T.ENGINE_MIN_TOKENS.name: _scalar(min_tokens, np.int32),
     }
+    penalties = request.penalties
+    if penalties.repetition_penalty != 1.0:
+        inputs[T.ENGINE_REPETITION_PENALTY.name] = _scalar(penalties.repetition_penalty, np.float32)
+    if penalties.presence_penalty != 0.0:
+        inputs[T.ENGINE_PRESENCE_PENALTY.name] = _scalar(penalties.presence_penalty, np.float32)
+    if penalties.frequency_penalty != 0.0:
+        inputs[T.ENGINE_FREQUENCY_PENALTY.name] = _scalar(penalties.frequency_penalty, np.float32)
+    if request.bad_words_list is not None:
+        inputs[T.BAD_WORDS_LIST.name] = request.bad_words_list  # [1, 2, L]
+    if request.embedding_bias is not None:
+        inputs[T.EMBEDDING_BIAS.name] = request.embedding_bias  # [1, V]
     sampling = request.params.sampling
     if not sampling.greedy:
         inputs[T.ENGINE_TEMPERATURE.name] = _scalar(sampling.temperature, np.float32)
@@ -272,12 +321,15 @@ async def run_loop(
     on_tokens: Callable[[LoopState, list[int]], Awaitable[None] | None] | None = None,
     is_cancelled: Callable[[], bool] = lambda: False,
     times: LoopTimes | None = None,
+    log_probs: list[float] | None = None,
 ) -> LoopState:
     """Run one request to the end; returns its finished :class:`LoopState` (``state``, when
     given: :func:`new_state` made by the caller, who then sees its statistics even on failure).
 
     ``on_tokens(state, new_tokens)`` is called after every step that emitted tokens (it may be
-    a coroutine function). ``is_cancelled`` is checked before every step.
+    a coroutine function). ``is_cancelled`` is checked before every step. With
+    ``request.return_log_probs``, ``log_probs`` (when given) gets each emitted token's log
+    probability under the target (:func:`emitted_log_probs`) before ``on_tokens`` runs.
 
     Raises:
         Cancelled: ``is_cancelled()`` became true; no engine is called after that.
@@ -297,6 +349,9 @@ async def run_loop(
         if is_cancelled():
             raise Cancelled()
         started = clock()
+        sequence = list(state.sequence)  # a copy: commit() extends the state's list
+        generated = len(state.output)
+        min_tokens = request.penalties.after(generated).min_tokens
         num_draft_tokens = state.next_num_draft_tokens()
         draft_tokens: list[int] = []
         draft_logits = None
@@ -305,36 +360,42 @@ async def run_loop(
                 settings.draft_model,
                 engine_inputs(
                     request,
-                    state.sequence,
+                    sequence,
                     num_draft_tokens,
                     seed_of(call_index),
                     return_logits=want_logits,
+                    min_tokens=min_tokens,
                 ),
                 _requested(want_logits),
             )
             draft_tokens = output_tokens(outputs, settings.draft_model)[:num_draft_tokens]
             if want_logits and draft_tokens:
                 raw = _draft_logits(outputs, len(draft_tokens), settings.draft_model)
-                draft_logits = draft_distribution_logits(raw, request.params.sampling)
+                draft_logits = draft_distribution_logits(raw, request, sequence, draft_tokens)
         call_index += 1
         drafted = clock()
         outputs = await engines.infer(
             settings.target_model,
             engine_inputs(
                 request,
-                state.sequence,
+                sequence,
                 len(draft_tokens) + 1,
                 seed_of(call_index),
                 draft_tokens=draft_tokens,
                 draft_logits=draft_logits,
+                return_logits=request.return_log_probs,
+                min_tokens=min_tokens,
             ),
-            _requested(False),
+            _requested(request.return_log_probs),
         )
         call_index += 1
         verified = clock()
         new_tokens = state.commit(
             draft_tokens, output_tokens(outputs, settings.target_model), drafted - started, verified - drafted
         )
+        if request.return_log_probs and log_probs is not None and new_tokens:
+            rows = _generation_logits(outputs, len(new_tokens), settings.target_model)
+            log_probs.extend(emitted_log_probs(rows, request, sequence, new_tokens))
         if new_tokens and on_tokens is not None:
             sent = on_tokens(state, new_tokens)
             if sent is not None:
@@ -353,23 +414,58 @@ def _requested(logits: bool) -> list[str]:
     return names + [T.GENERATION_LOGITS.name] if logits else names
 
 
-def draft_distribution_logits(raw_logits: np.ndarray, sampling: SamplingParams) -> np.ndarray:
+def draft_distribution_logits(
+    raw_logits: np.ndarray, request: LoopRequest, sequence: Sequence[int], draft_tokens: Sequence[int]
+) -> np.ndarray:
     """``draft_logits`` for the target: logits whose plain softmax is the distribution the draft
-    sampled its tokens from (temperature, top-k and top-p applied to its raw logits ``[k, V]``),
-    since TensorRT-LLM's target applies none of them to what it is sent (module docstring).
-    Tokens the draft could not draw get a large negative logit, not -inf (no inf - inf in a
-    softmax kernel)."""
-    probs = probabilities(torch.from_numpy(raw_logits), sampling)  # [k, V]
+    sampled its tokens from, since TensorRT-LLM's target applies nothing to what it is sent (module
+    docstring): the draft engine's adjustments (embedding bias, temperature, penalties, what is
+    left of min_tokens, bad words; row i after ``sequence + draft_tokens[:i]``), then top-k and
+    top-p, to its raw logits ``[k, V]``. Tokens the draft could not draw get a large negative
+    logit, not -inf (no inf - inf in a softmax kernel)."""
+    scores = adjusted_scores(
+        torch.from_numpy(raw_logits),
+        request.temperature_for_scores(),
+        request.penalties.after(len(sequence) - len(request.prompt)),
+        sequence,
+        draft_tokens,
+        request.end_id,
+    )
+    probs = filtered_softmax(scores, request.params.sampling)  # [k, V]
     logits = torch.where(probs > 0, probs.log(), torch.full_like(probs, MASKED_LOGIT))
     return np.ascontiguousarray(logits.numpy(), dtype=np.float32)  # [k, V]
 
 
+def emitted_log_probs(
+    raw_logits: np.ndarray, request: LoopRequest, sequence: Sequence[int], tokens: Sequence[int]
+) -> list[float]:
+    """The log probability of each emitted token under the target: log softmax of the target's
+    adjusted scores at its position (embedding bias, temperature, penalties, min_tokens, bad words;
+    greedy at temperature 1), before top-k and top-p, as TensorRT-LLM's sampling layers see them.
+    ``raw_logits`` ``[n, V]``: the target's raw logits at the tokens' positions after ``sequence``."""
+    scores = adjusted_scores(
+        torch.from_numpy(raw_logits),
+        request.temperature_for_scores(),
+        request.penalties.after(len(sequence) - len(request.prompt)),
+        sequence,
+        tokens,
+        request.end_id,
+    )
+    log_probs = scores.log_softmax(dim=-1)  # [n, V]
+    return [float(log_probs[row, token]) for row, token in enumerate(tokens)]
+
+
 def _draft_logits(outputs: Mapping[str, np.ndarray], num_tokens: int, model: str) -> np.ndarray:
+    return _generation_logits(outputs, num_tokens, model)
+
+
+def _generation_logits(outputs: Mapping[str, np.ndarray], num_tokens: int, model: str) -> np.ndarray:
+    """The first ``num_tokens`` rows of an engine's ``generation_logits`` as float32 ``[n, V]``."""
     logits = outputs.get(T.GENERATION_LOGITS.name)
     if logits is None:
         raise EngineCallError(
-            f"{model} returned no generation_logits; probabilistic acceptance needs engines built with "
-            "--gather_generation_logits"
+            f"{model} returned no generation_logits; probabilistic acceptance and return_log_probs need engines "
+            "built with --gather_generation_logits"
         )
     rows = logits.reshape(-1, logits.shape[-1])  # [beam x tokens, V]
     if rows.shape[0] < num_tokens:
@@ -418,11 +514,15 @@ def response_arrays(
     is_final: bool,
     request_key: int = 0,
     request: LoopRequest | None = None,
+    log_probs: Sequence[float] | None = None,
 ) -> dict[str, np.ndarray]:
     """The loop model's output tensors for one response (batch dimension 1). With ``request``,
     TensorRT-LLM's outputs too: ``batch_index`` when the request holds several prompts,
     ``sequence_index`` 0, ``num_input_tokens`` when asked for, and ``num_output_tokens`` counted as
-    TensorRT-LLM does when asked for (the tokens this response carries), else the running total."""
+    TensorRT-LLM does when asked for (the tokens this response carries), else the running total;
+    with ``return_log_probs``, ``output_log_probs`` ``[1, 1, n]`` for the generated tokens this
+    response adds (``log_probs``: one per token of ``state.output``) and ``cum_log_probs``
+    ``[1, 1]``, their running sum, as TensorRT-LLM shapes them ``[batch, beams, ...]``."""
     stats = state.stats
     arrays = {
         T.LOOP_OUTPUT_IDS.name: np.array([list(window)], dtype=np.int32).reshape(1, len(window)),
@@ -443,4 +543,10 @@ def response_arrays(
             arrays[T.NUM_INPUT_TOKENS.name] = _scalar(len(request.prompt), np.int32)
         if request.return_num_output_tokens:
             arrays[T.NUM_OUTPUT_TOKENS.name] = _scalar(len(window) - num_context_tokens, np.int32)
+        if request.return_log_probs and log_probs is not None:
+            total = len(state.output)
+            new = len(window) - num_context_tokens if request.stream else total
+            added = np.array(log_probs[total - new : total], dtype=np.float32)
+            arrays[T.OUTPUT_LOG_PROBS.name] = added.reshape(1, 1, -1)
+            arrays[T.CUM_LOG_PROBS.name] = _scalar(float(np.sum(log_probs[:total], dtype=np.float64)), np.float32)
     return arrays

@@ -16,7 +16,10 @@ of them), are distributed exactly as tokens sampled one at a time from the targe
 target's argmax.
 
 Temperature, top-k and top-p are applied by :func:`probabilities` identically to both models, so
-the output follows the *processed* target distribution.
+the output follows the *processed* target distribution. Temperature scales as TensorRT-LLM's
+kernels do (:func:`~trt_spec.runtime.penalties.scale_temperature`); penalties, ``min_tokens`` and
+bad words (:mod:`trt_spec.runtime.penalties`) adjust the scores before top-k and top-p
+(:func:`filtered_softmax`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from trt_spec.runtime.errors import GenerationParamsError
+from trt_spec.runtime.penalties import scale_temperature
 
 GREEDY_TEMPERATURE = 0.0
 NO_TOP_K = 0  # top_k = 0 keeps the whole vocabulary
@@ -64,14 +68,19 @@ class SamplingParams:
 def probabilities(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
     """Logits ``[N, V]`` -> float32 probabilities ``[N, V]`` after temperature, top-k and top-p.
 
-    Top-p keeps the smallest set of most likely tokens whose mass reaches ``top_p`` (at least one).
-
     Raises:
         ValueError: for greedy sampling, which has no distribution (use the argmax).
     """
     if sampling.greedy:
         raise ValueError("greedy sampling has no distribution; take the argmax of the logits")
-    scores = logits.float() / sampling.temperature  # [N, V]
+    return filtered_softmax(scale_temperature(logits, sampling.temperature), sampling)
+
+
+def filtered_softmax(scores: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """Scores ``[N, V]`` already scaled by the temperature (and adjusted) -> float32 probabilities
+    ``[N, V]`` after top-k and top-p. Top-p keeps the smallest set of most likely tokens whose
+    mass reaches ``top_p`` (at least one)."""
+    scores = scores.float()
     vocab_size = scores.shape[-1]
     if sampling.top_k != NO_TOP_K and sampling.top_k < vocab_size:
         kth_largest = torch.topk(scores, sampling.top_k, dim=-1).values[..., -1:]  # [N, 1]

@@ -153,15 +153,17 @@ def by_name(tensors: tuple[Tensor, ...]) -> dict[str, Tensor]:
 # client, Triton's OpenAI frontend, genai-perf --backend tensorrtllm, the HTTP generate endpoint)
 # work unchanged; plus ours: num_draft_tokens, adaptive_draft and random_seed (an alias of seed).
 # Defaults are TensorRT-LLM's: stream absent = false; neither top_k nor top_p = greedy whatever
-# the temperature; exclude_input_in_output absent = the repository's configured default. Inputs
-# whose speculative treatment is not implemented yet are declared, and refused by preprocessing
-# unless they hold their neutral default (see there).
+# the temperature; exclude_input_in_output absent = the repository's configured default;
+# min_tokens absent = 1. Penalties, min_tokens, bad words and the embedding bias are applied to
+# draft and target alike (penalties.py). Inputs whose speculative treatment is not implemented
+# (logits, LoRA, prompt tables, guided decoding) are declared, and refused by preprocessing unless
+# they hold their neutral default (see there).
 
 TEXT_INPUT = _scalar("text_input", "BYTES", "the prompt, UTF-8; [N, 1] = a batch of N prompts")
 DECODER_TEXT_INPUT = _scalar("decoder_text_input", "BYTES", "encoder-decoder models only: empty", optional=True)
 MAX_TOKENS = _scalar("max_tokens", "INT32", "tokens to generate, >= 1")
 NUM_RETURN_SEQUENCES = _scalar("num_return_sequences", "INT32", "1 (one sequence per prompt)", optional=True)
-BAD_WORDS = Tensor("bad_words", "BYTES", (-1,), optional=True, doc="not supported yet: empty")
+BAD_WORDS = Tensor("bad_words", "BYTES", (-1,), optional=True, doc="strings the completion never contains")
 STOP_WORDS = Tensor("stop_words", "BYTES", (-1,), optional=True, doc="strings that end the completion")
 REQUEST_EXCLUDE_INPUT_IN_OUTPUT = _scalar(
     "exclude_input_in_output",
@@ -175,12 +177,14 @@ TOP_K = _scalar("top_k", "INT32", "absent or 0 = no top-k; neither top_k nor top
 TOP_P = _scalar("top_p", "FP32", "absent = 1.0; neither top_k nor top_p = greedy", optional=True)
 TEMPERATURE = _scalar("temperature", "FP32", "absent = 1.0 when sampling; 0 = greedy", optional=True)
 LENGTH_PENALTY = _scalar("length_penalty", "FP32", "not supported yet: 0.0 or 1.0", optional=True)
-REPETITION_PENALTY = _scalar("repetition_penalty", "FP32", "not supported yet: 1.0", optional=True)
-MIN_TOKENS = _scalar("min_tokens", "INT32", "not supported yet: <= 1", optional=True)
-PRESENCE_PENALTY = _scalar("presence_penalty", "FP32", "not supported yet: 0.0", optional=True)
-FREQUENCY_PENALTY = _scalar("frequency_penalty", "FP32", "not supported yet: 0.0", optional=True)
+REPETITION_PENALTY = _scalar("repetition_penalty", "FP32", "> 0; absent = 1.0 (none)", optional=True)
+MIN_TOKENS = _scalar("min_tokens", "INT32", "no end_id before this many tokens; absent = 1", optional=True)
+PRESENCE_PENALTY = _scalar("presence_penalty", "FP32", "absent = 0.0 (none)", optional=True)
+FREQUENCY_PENALTY = _scalar("frequency_penalty", "FP32", "absent = 0.0 (none)", optional=True)
 SEED = _scalar("seed", "UINT64", "sampling seed", optional=True)
-RETURN_LOG_PROBS = _scalar("return_log_probs", "BOOL", "not supported yet: false", optional=True)
+RETURN_LOG_PROBS = _scalar(
+    "return_log_probs", "BOOL", "fill output_log_probs and cum_log_probs (under the target)", optional=True
+)
 RETURN_CONTEXT_LOGITS = _scalar("return_context_logits", "BOOL", "not supported yet: false", optional=True)
 REQUEST_RETURN_GENERATION_LOGITS = _scalar(
     "return_generation_logits", "BOOL", "not supported yet: false", optional=True
@@ -195,8 +199,12 @@ STREAM = _scalar("stream", "BOOL", "absent = false: one response with the whole 
 PROMPT_EMBEDDING_TABLE = Tensor("prompt_embedding_table", "FP16", (-1, -1), optional=True, doc="not supported")
 PROMPT_TABLE_EXTRA_ID = _scalar("prompt_table_extra_id", "UINT64", "not supported yet: 0", optional=True)
 PROMPT_VOCAB_SIZE = _scalar("prompt_vocab_size", "INT32", "not supported yet: 0", optional=True)
-EMBEDDING_BIAS_WORDS = Tensor("embedding_bias_words", "BYTES", (-1,), optional=True, doc="not supported yet: empty")
-EMBEDDING_BIAS_WEIGHTS = Tensor("embedding_bias_weights", "FP32", (-1,), optional=True, doc="not supported yet")
+EMBEDDING_BIAS_WORDS = Tensor(
+    "embedding_bias_words", "BYTES", (-1,), optional=True, doc="words whose tokens get embedding_bias_weights"
+)
+EMBEDDING_BIAS_WEIGHTS = Tensor(
+    "embedding_bias_weights", "FP32", (-1,), optional=True, doc="one logit bias per embedding_bias_words entry"
+)
 LORA_TASK_ID = _scalar("lora_task_id", "UINT64", "not supported: omit", optional=True)
 LORA_WEIGHTS = Tensor("lora_weights", "FP16", (-1, -1), optional=True, ragged=True, doc="not supported: omit")
 LORA_CONFIG = Tensor("lora_config", "INT32", (-1, 3), optional=True, ragged=True, doc="not supported: omit")
@@ -218,8 +226,13 @@ ADAPTIVE_DRAFT = _scalar(
 RANDOM_SEED = _scalar("random_seed", "UINT64", "an alias of seed (older TensorRT-LLM's name)", optional=True)
 
 TEXT_OUTPUT = Tensor("text_output", "BYTES", (-1,), doc="new text (streaming) or the whole completion; shape [1]")
-CUM_LOG_PROBS = Tensor("cum_log_probs", "FP32", (-1,), doc="declared, never filled (return_log_probs)")
-OUTPUT_LOG_PROBS = Tensor("output_log_probs", "FP32", (-1, -1), doc="declared, never filled (return_log_probs)")
+CUM_LOG_PROBS = Tensor("cum_log_probs", "FP32", (-1,), doc="[1]: the sum of output_log_probs (return_log_probs)")
+OUTPUT_LOG_PROBS = Tensor(
+    "output_log_probs",
+    "FP32",
+    (-1, -1),
+    doc="[1, n]: each token of this response's text under the target (return_log_probs; penalties.py)",
+)
 CONTEXT_LOGITS = Tensor("context_logits", "FP32", (-1, -1), doc="declared, never filled")
 BATCH_INDEX = _scalar("batch_index", "INT32", "the prompt's row in a request of several prompts")
 SEQUENCE_INDEX = _scalar("sequence_index", "INT32", "always 0: one sequence per prompt")
@@ -293,6 +306,12 @@ DRAFT_LOGITS = Tensor("draft_logits", "FP32", (-1, -1), optional=True, ragged=Tr
 END_ID = REQUEST_END_ID.as_engine_scalar()
 PAD_ID = REQUEST_PAD_ID.as_engine_scalar()
 STOP_WORDS_LIST = Tensor("stop_words_list", "INT32", (2, -1), optional=True, ragged=True)  # [ids; offsets]
+BAD_WORDS_LIST = STOP_WORDS_LIST.with_name("bad_words_list")  # the same format
+EMBEDDING_BIAS = Tensor("embedding_bias", "FP32", (-1,), optional=True, ragged=True)  # [V] or [0]: none
+ENGINE_REPETITION_PENALTY = REPETITION_PENALTY.as_engine_scalar()
+ENGINE_PRESENCE_PENALTY = PRESENCE_PENALTY.as_engine_scalar()
+ENGINE_FREQUENCY_PENALTY = FREQUENCY_PENALTY.as_engine_scalar()
+ENGINE_MIN_TOKENS = MIN_TOKENS.as_engine_scalar()
 BEAM_WIDTH = REQUEST_BEAM_WIDTH.as_engine_scalar()
 ENGINE_TEMPERATURE = TEMPERATURE.as_engine_scalar()
 RUNTIME_TOP_K = _engine_scalar("runtime_top_k", "INT32")
@@ -317,10 +336,16 @@ _ENGINE_COMMON_INPUTS = (
     END_ID,
     PAD_ID,
     STOP_WORDS_LIST,
+    BAD_WORDS_LIST,
+    EMBEDDING_BIAS,
     BEAM_WIDTH,
     ENGINE_TEMPERATURE,
     RUNTIME_TOP_K,
     RUNTIME_TOP_P,
+    ENGINE_REPETITION_PENALTY,
+    ENGINE_PRESENCE_PENALTY,
+    ENGINE_FREQUENCY_PENALTY,
+    ENGINE_MIN_TOKENS,
     ENGINE_SEED,
     RETURN_GENERATION_LOGITS,
     RETURN_PERF_METRICS,
@@ -340,11 +365,9 @@ ENGINE_OUTPUTS = (
     KV_CACHE_ALLOC_TOTAL_BLOCKS,
 )
 
-# TensorRT-LLM's outputs the loop cannot fill yet (log probs, logits, KV-cache and timing
-# metrics): declared and mapped, so requesting them is not refused; no response carries them.
+# TensorRT-LLM's outputs the loop cannot fill (logits, KV-cache and timing metrics): declared and
+# mapped, so requesting them is not refused; no response carries them.
 UNFILLED_OUTPUTS = (
-    CUM_LOG_PROBS,
-    OUTPUT_LOG_PROBS,
     CONTEXT_LOGITS,
     GENERATION_LOGITS,
     KV_CACHE_ALLOC_NEW_BLOCKS,
@@ -387,6 +410,7 @@ LOOP_DIRECT_OUTPUTS = tuple(tensor for tensor in ENSEMBLE_OUTPUTS if tensor is n
 PREPROCESSING_INPUTS = tuple(tensor for tensor in ENSEMBLE_INPUTS if tensor not in LOOP_DIRECT_INPUTS)
 # Resolved per prompt for the loop (not engine inputs of ours): whether to fill num_input_tokens
 # and TensorRT-LLM's num_output_tokens.
+RESOLVED_RETURN_LOG_PROBS = RETURN_LOG_PROBS.as_plain()
 RESOLVED_RETURN_NUM_INPUT_TOKENS = RETURN_NUM_INPUT_TOKENS.as_plain()
 RESOLVED_RETURN_NUM_OUTPUT_TOKENS = RETURN_NUM_OUTPUT_TOKENS.as_plain()
 # Every default is resolved here, so the loop's inputs are all present and already checked. The
@@ -407,7 +431,14 @@ PREPROCESSING_OUTPUTS = tuple(
         NUM_DRAFT_TOKENS,
         STREAMING,
         STOP_WORDS_LIST,
+        BAD_WORDS_LIST,
+        EMBEDDING_BIAS,
+        ENGINE_REPETITION_PENALTY,
+        ENGINE_PRESENCE_PENALTY,
+        ENGINE_FREQUENCY_PENALTY,
+        ENGINE_MIN_TOKENS,
         EXCLUDE_INPUT_IN_OUTPUT,
+        RESOLVED_RETURN_LOG_PROBS,
         RESOLVED_RETURN_NUM_INPUT_TOKENS,
         RESOLVED_RETURN_NUM_OUTPUT_TOKENS,
     )

@@ -33,9 +33,13 @@ every ``TLLM_CHECK``/``TLLM_THROW`` text are left out (match messages by prefix 
 :class:`BackendError` also carries ``stage`` (``load``, ``enqueue``, ``executor``, ``response``,
 or ``emulator`` for what the emulator cannot do).
 
+Penalties, ``min_tokens``, bad words and the embedding bias are applied as the penalty and
+ban-words layers do, per position (:mod:`trt_spec.runtime.penalties` cites the kernels), with
+``min_tokens`` 1 when a request sends none.
+
 Not emulated: the engine directory (``gpt_model_path`` is not checked to exist: there is no
-engine on a CPU), beam search, streaming and batched requests in decoupled mode, penalties,
-bad words, guided decoding, LoRA, log probs, perf metrics (``return_perf_metrics``: the
+engine on a CPU), beam search, streaming and batched requests in decoupled mode, ``len_penalty``,
+guided decoding, LoRA, log probs (``output_log_probs``), perf metrics (``return_perf_metrics``: the
 ``kv_cache_*`` outputs are never sent), context logits, chunked-context draft trimming under
 load, orchestrator mode, FP16 arithmetic (probabilities are float32 whatever the engine dtype).
 
@@ -57,8 +61,15 @@ import torch
 
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
+from trt_spec.runtime.penalties import (
+    ENGINE_DEFAULT_PENALTIES,
+    ENGINE_MIN_TOKENS,
+    NEUTRAL_TEMPERATURE,
+    Penalties,
+    adjusted_scores,
+)
 from trt_spec.runtime.prefix_cache import PrefixCachePool
-from trt_spec.runtime.sampling import SamplingParams, greedy_verify, probabilities, residual_distribution, sample
+from trt_spec.runtime.sampling import SamplingParams, filtered_softmax, greedy_verify, residual_distribution, sample
 from trt_spec.runtime.torch_engine import TorchCausalLM
 
 ROLES = ("target", "draft")
@@ -74,12 +85,6 @@ TOP_K_MAX = 1024
 # Inputs the backend reads that change decoding in ways the emulator does not reproduce: refused.
 NOT_EMULATED_INPUTS = frozenset(
     {
-        "bad_words_list",
-        "embedding_bias",
-        "min_tokens",
-        "repetition_penalty",
-        "presence_penalty",
-        "frequency_penalty",
         "len_penalty",
         "no_repeat_ngram_size",
         "num_return_sequences",
@@ -624,6 +629,8 @@ class BackendRequest:
     draft_tokens: tuple[int, ...] | None
     draft_logits: np.ndarray | None  # as sent, batch dimension squeezed
     draft_acceptance_threshold: float | None
+    penalties: Penalties = ENGINE_DEFAULT_PENALTIES
+    embedding_bias_size: int = 0  # entries of the embedding_bias sent (0: none)
 
     @classmethod
     def from_tensors(cls, inputs: Mapping[str, np.ndarray], config: BackendConfig) -> BackendRequest:
@@ -685,6 +692,14 @@ class BackendRequest:
             _check(top_p <= 1, "topP.value() <= 1.f")
         if temperature is not None:
             _check(temperature >= 0, "temperature.value() >= 0.f")
+        repetition = _scalar(inputs, T.ENGINE_REPETITION_PENALTY.name, np.float32)
+        if repetition is not None:
+            _check(repetition > 0, "repetitionpenalty.value() > 0.f")
+        min_tokens = _scalar(inputs, T.ENGINE_MIN_TOKENS.name, np.int32)
+        if min_tokens is not None:
+            _check(min_tokens >= 0, "minTokens.value() >= 0")
+        presence = _scalar(inputs, T.ENGINE_PRESENCE_PENALTY.name, np.float32)  # not checked upstream
+        frequency = _scalar(inputs, T.ENGINE_FREQUENCY_PENALTY.name, np.float32)
         if beam_width != 1:
             raise _not_emulated(f"beam search (beam_width {beam_width})")
 
@@ -692,6 +707,18 @@ class BackendRequest:
         stop_words_raw = _vector(inputs, T.STOP_WORDS_LIST.name)
         if stop_words_raw is not None:
             stop_words = convert_word_list(stop_words_raw)
+        bad_words_raw = _vector(inputs, T.BAD_WORDS_LIST.name)
+        bad_words = [] if bad_words_raw is None else convert_word_list(bad_words_raw)
+        # Source: NVIDIA/TensorRT-LLM@249d93d551e8ec11d6d62aabfc9ca8df41ead84c:cpp/tensorrt_llm/kernels/penaltyKernels.cu batchApplyPenalty (bias added to every vocabulary entry)
+        bias = inputs.get(T.EMBEDDING_BIAS.name)
+        bias_pairs: tuple[tuple[int, float], ...] = ()
+        bias_size = 0
+        if bias is not None and np.asarray(bias).size:
+            bias = np.asarray(bias).reshape(-1)
+            if bias.dtype != np.float32:
+                raise _not_emulated(f"an embedding_bias of {bias.dtype} (emulated: float32, as our configs declare it)")
+            bias_size = bias.size
+            bias_pairs = tuple((int(i), float(bias[i])) for i in np.flatnonzero(bias))
 
         # Source: NVIDIA/TensorRT-LLM@192908136e53ddfc2f282e81e6ecdb76af06eb50:triton_backend/inflight_batcher_llm/src/utils.cc getExternalDraftTokensConfigFromTensors, squeezeTensor
         draft_tokens = _vector(inputs, T.DRAFT_INPUT_IDS.name)
@@ -722,7 +749,22 @@ class BackendRequest:
             draft_tokens=None if draft_tokens is None else tuple(draft_tokens),
             draft_logits=draft_logits,
             draft_acceptance_threshold=threshold,
+            embedding_bias_size=bias_size,
+            penalties=Penalties(
+                repetition_penalty=1.0 if repetition is None else float(repetition),
+                presence_penalty=0.0 if presence is None else float(presence),
+                frequency_penalty=0.0 if frequency is None else float(frequency),
+                # Source: NVIDIA/TensorRT-LLM@1020a8d799d04a1776f8eec19496ecafa2558506:cpp/tensorrt_llm/layers/defaultDecodingParams.h getMinLength (1)
+                min_tokens=ENGINE_MIN_TOKENS if min_tokens is None else int(min_tokens),
+                bad_words=tuple(tuple(word) for word in bad_words if word),
+                embedding_bias=bias_pairs,
+            ),
         )
+
+    @property
+    def score_temperature(self) -> float:
+        """The temperature the penalty kernel scales by: the one sent, else 1 (no scaling)."""
+        return NEUTRAL_TEMPERATURE if self.temperature is None else min(float(self.temperature), _FLT_MAX)
 
     def sampling_params(self, warn: Callable[[str], None]) -> SamplingParams:
         """The distribution the decoding layers sample from: ``SamplingParams()`` (greedy) when
@@ -739,8 +781,8 @@ class BackendRequest:
             top_k = 1
         if top_k > 0 and top_p == 0.0:
             top_p = 1.0
-        # Temperature 0 with top-k/top-p: the penalty kernel divides by (temperature + epsilon), so
-        # the distribution is the argmax's up to ties; emulated as greedy (formula unconfirmed).
+        # Temperature 0 with top-k/top-p: the penalty kernel multiplies by 1 / (0 + 1e-6), so the
+        # distribution is the argmax's up to near-ties; emulated as the argmax of those scores.
         if top_k == 1 or self.temperature == 0:
             return SamplingParams()
         temperature = 1.0 if self.temperature is None else min(self.temperature, _FLT_MAX)  # inf: uniform
@@ -765,21 +807,25 @@ def decode_tokens(
     end_id: int | None,
     stop_words: Sequence[Sequence[int]] = (),
     generator: torch.Generator | None = None,
+    penalties: Penalties = ENGINE_DEFAULT_PENALTIES,
+    temperature: float = NEUTRAL_TEMPERATURE,
 ) -> tuple[list[int], list[torch.Tensor]]:
-    """Up to ``max_new_tokens`` tokens, one at a time: the argmax (greedy) or a draw from
-    ``probabilities(logits, sampling)``. Stops after a stop word (kept) or at ``end_id`` (left
-    out); ``end_id`` None never stops. Returns the tokens and each step's raw logits ``[V]``
-    (the end_id step's included).
+    """Up to ``max_new_tokens`` tokens, one at a time: the argmax (greedy) or a draw after top-k
+    and top-p, of the penalty and ban-words layers' scores (``adjusted_scores`` at ``temperature``,
+    the one sent or 1). Stops after a stop word (kept) or at ``end_id`` (left out); ``end_id``
+    None never stops. Returns the tokens and each step's raw logits ``[V]`` (the end_id step's
+    included).
     """
     # Source: NVIDIA/TensorRT-LLM@b35ac1b64368513d215c57d2ed01d62d910df8da:cpp/tensorrt_llm/batch_manager/createNewDecoderRequests.cpp CreateNewDecoderRequests::createDecoderRequests (endId.value_or(-1): no end_id, no EOS stop)
     sequence, tokens, step_logits = list(prompt), [], []
-    for _ in range(max_new_tokens):
+    for step in range(max_new_tokens):
         logits = next_logits(sequence)  # [V]
         step_logits.append(logits)
+        scores = adjusted_scores(logits[None], temperature, penalties.after(step), sequence, (), end_id)  # [1, V]
         if sampling.greedy:
-            token = int(logits.argmax())
+            token = int(scores.argmax())
         else:
-            token = int(sample(probabilities(logits[None], sampling), generator))
+            token = int(sample(filtered_softmax(scores, sampling), generator))
         if token == end_id:  # not in the output (unconfirmed for a sampled EOS; confirmed for drafts)
             break
         tokens.append(token)
@@ -797,18 +843,25 @@ def verify_drafts(
     draft_probs: torch.Tensor | None = None,
     threshold: float | None = None,
     generator: torch.Generator | None = None,
+    context: Sequence[int] = (),
+    end_id: int | None = None,
+    penalties: Penalties = ENGINE_DEFAULT_PENALTIES,
+    temperature: float = NEUTRAL_TEMPERATURE,
 ) -> list[int]:
     """One external-draft-tokens step: the accepted drafts, then one recovered or bonus token.
 
     ``target_logits`` ``[K + 1, V]``: the target's raw logits at each draft's position and after
-    the last. Greedy: argmax matching. Sampled: p = ``probabilities(target_logits, sampling)``;
-    with ``draft_probs`` ``[K, V]`` (softmax of the draft_logits sent) by
-    :func:`accept_by_probability`, without by :func:`accept_by_token_match`.
+    the last, adjusted per position by the penalty and ban-words layers (row i after ``context``
+    and the drafts before it, as the decoder runs one sub-step per draft). Greedy: argmax
+    matching. Sampled: p = top-k/top-p softmax of those scores; with ``draft_probs`` ``[K, V]``
+    (softmax of the draft_logits sent) by :func:`accept_by_probability`, without by
+    :func:`accept_by_token_match`.
     """
     # Source: NVIDIA/TensorRT-LLM@1d263f15a979ef2902c60de3f6238bcc0952bb29:cpp/tensorrt_llm/layers/externalDraftTokensLayer.cpp ExternalDraftTokensLayer::forwardAsync
+    scores = adjusted_scores(target_logits, temperature, penalties, context, draft_tokens, end_id)  # [K + 1, V]
     if sampling.greedy:
-        return greedy_verify(draft_tokens, target_logits)
-    target_probs = probabilities(target_logits, sampling)  # [K + 1, V]
+        return greedy_verify(draft_tokens, scores)
+    target_probs = filtered_softmax(scores, sampling)  # [K + 1, V]
     if draft_probs is None:
         return accept_by_token_match(draft_tokens, target_probs, generator)
     return accept_by_probability(draft_tokens, draft_probs, target_probs, threshold, generator)
@@ -961,6 +1014,10 @@ class TrtllmBackendEmulator:
             raise _executor_error(request_id_number, "Encountered an error in forwardAsync function", error) from None
 
         vocab = self.engine.vocab_size
+        if request.embedding_bias_size not in (0, vocab):
+            raise _not_emulated(
+                f"an embedding_bias of {request.embedding_bias_size} values (emulated: one per vocabulary entry, {vocab})"
+            )
         if any(not 0 <= token < vocab for token in (*request.input_tokens, *draft_tokens)):
             raise _not_emulated(f"a token id outside [0, {vocab}) in input_ids or draft_input_ids (undefined upstream)")
         sampling = request.sampling_params(self.warnings.append)
@@ -1066,6 +1123,8 @@ class TrtllmBackendEmulator:
             end_id=request.end_id,
             stop_words=request.stop_words,
             generator=generator,
+            penalties=request.penalties,
+            temperature=request.score_temperature,
         )
 
     def _verify(
@@ -1088,6 +1147,10 @@ class TrtllmBackendEmulator:
             draft_probs=draft_probs,
             threshold=request.draft_acceptance_threshold,
             generator=generator,
+            context=prompt,
+            end_id=request.end_id,
+            penalties=request.penalties,
+            temperature=request.score_temperature,
         )
         tokens = truncate_at_stop(prompt, emitted, request.end_id, request.stop_words)
         # Generation logits of a draft-tokens request: the accepted tokens' rows (count unconfirmed).

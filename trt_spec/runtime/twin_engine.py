@@ -16,8 +16,11 @@ both flavors:
 
 Sampling follows TensorRT-LLM's inputs: greedy when ``runtime_top_k`` is 1, ``temperature`` is 0,
 or none of ``temperature``/``runtime_top_k``/``runtime_top_p`` is sent (its default); otherwise
-temperature (default 1), top-k (0 = off) and top-p (0 or 1 = off) are applied by
-:func:`~trt_spec.runtime.sampling.probabilities`, exactly as the in-process twin does.
+temperature (default 1), top-k (0 = off) and top-p (0 or 1 = off). Before the argmax or top-k/top-p,
+the raw logits get TensorRT-LLM's adjustments (:mod:`trt_spec.runtime.penalties`): ``embedding_bias``,
+temperature, ``repetition_penalty``/``presence_penalty``/``frequency_penalty``, ``min_tokens``
+(absent = 1, TensorRT-LLM's default: no ``end_id`` as the call's first token) and
+``bad_words_list``, each row of a verification for its own position.
 ``seed`` seeds one ``torch.Generator`` per call; without it each call draws fresh randomness.
 
 There is no session key: KV caches are reused by token prefix (:class:`PrefixCachePool`).
@@ -27,7 +30,7 @@ tensors in and out. One request at a time; requests are batch size 1.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,11 +38,18 @@ import torch
 
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.errors import GenerationParamsError
+from trt_spec.runtime.penalties import (
+    ENGINE_DEFAULT_PENALTIES,
+    ENGINE_MIN_TOKENS,
+    NEUTRAL_TEMPERATURE,
+    Penalties,
+    adjusted_scores,
+)
 from trt_spec.runtime.prefix_cache import PrefixCachePool
 from trt_spec.runtime.sampling import (
     SamplingParams,
+    filtered_softmax,
     greedy_verify,
-    probabilities,
     rejection_sample,
     sample,
     token_match_verify,
@@ -67,6 +77,7 @@ class EngineRequest:
     return_generation_logits: bool
     exclude_input_in_output: bool
     stop_sequences: tuple[tuple[int, ...], ...]
+    penalties: Penalties = ENGINE_DEFAULT_PENALTIES  # min_tokens: this call's
 
 
 def _value(inputs: Mapping[str, np.ndarray], name: str):
@@ -117,7 +128,39 @@ def sampling_from_inputs(inputs: Mapping[str, np.ndarray]) -> SamplingParams:
         raise EngineRequestError(str(exc)) from None
 
 
-def read_request(inputs: Mapping[str, np.ndarray], role: str) -> EngineRequest:
+def penalties_from_inputs(inputs: Mapping[str, np.ndarray], vocab_size: int) -> Penalties:
+    """TensorRT-LLM's penalty inputs -> :class:`Penalties` (absent = its defaults; ``min_tokens`` 1).
+
+    Raises:
+        EngineRequestError: a value out of range, or an ``embedding_bias`` that is not ``[V]``.
+    """
+    values = {
+        name: _value(inputs, name)
+        for name in (T.ENGINE_REPETITION_PENALTY.name, T.ENGINE_PRESENCE_PENALTY.name, T.ENGINE_FREQUENCY_PENALTY.name)
+    }
+    min_tokens = _value(inputs, T.ENGINE_MIN_TOKENS.name)
+    bad_words = _row(inputs, T.BAD_WORDS_LIST.name)
+    bias = _row(inputs, T.EMBEDDING_BIAS.name)
+    if bias is not None and bias.size not in (0, vocab_size):
+        raise EngineRequestError(
+            f"embedding_bias must hold one weight per vocabulary entry ({vocab_size}); got {bias.size}"
+        )
+    try:
+        return Penalties(
+            repetition_penalty=float(values[T.ENGINE_REPETITION_PENALTY.name] or 1.0),
+            presence_penalty=float(values[T.ENGINE_PRESENCE_PENALTY.name] or 0.0),
+            frequency_penalty=float(values[T.ENGINE_FREQUENCY_PENALTY.name] or 0.0),
+            min_tokens=ENGINE_MIN_TOKENS if min_tokens is None else int(min_tokens),
+            bad_words=stop_sequences_from_list(bad_words),
+            embedding_bias=()
+            if bias is None
+            else tuple((int(i), float(bias.reshape(-1)[i])) for i in np.flatnonzero(bias)),
+        )
+    except GenerationParamsError as exc:
+        raise EngineRequestError(str(exc)) from None
+
+
+def read_request(inputs: Mapping[str, np.ndarray], role: str, vocab_size: int | None = None) -> EngineRequest:
     """Parse one request's tensors (each with its batch dimension of 1).
 
     Raises:
@@ -167,6 +210,7 @@ def read_request(inputs: Mapping[str, np.ndarray], role: str) -> EngineRequest:
         return_generation_logits=bool(_value(inputs, T.RETURN_GENERATION_LOGITS.name)),
         exclude_input_in_output=True if exclude is None else bool(exclude),
         stop_sequences=stop_sequences_from_list(_row(inputs, T.STOP_WORDS_LIST.name)),
+        penalties=penalties_from_inputs(inputs, vocab_size if vocab_size is not None else 0),
     )
 
 
@@ -192,7 +236,7 @@ class TwinEngine:
         Raises:
             EngineRequestError: a malformed request, or one over the engine's limits.
         """
-        request = read_request(inputs, self.role)
+        request = read_request(inputs, self.role, self.vocab_size)
         if len(request.draft_tokens) > self.max_draft_len:
             raise EngineRequestError(
                 f"{len(request.draft_tokens)} draft_input_ids exceed the engine's max_draft_len {self.max_draft_len}"
@@ -225,12 +269,13 @@ class TwinEngine:
         engine = self.pool.engine_for(context)
         tokens: list[int] = []
         kept_logits: list[torch.Tensor] = []
-        for _ in range(request.request_output_len):
+        for step in range(request.request_output_len):
             logits = engine.logits(context, 1)  # [1, V]
+            scores = self._scores(logits, request, context, step)
             if request.sampling.greedy:
-                token = int(logits.argmax())
+                token = int(scores.argmax())
             else:
-                token = int(sample(probabilities(logits, request.sampling), generator))
+                token = int(sample(filtered_softmax(scores, request.sampling), generator))
             if request.return_generation_logits:
                 kept_logits.append(logits)
             tokens.append(token)
@@ -248,11 +293,12 @@ class TwinEngine:
         engine = self.pool.engine_for(sequence)
         # Row i scores draft i's position; row k is the bonus position.
         target_logits = engine.logits(sequence, len(drafts) + 1)  # [k + 1, V]
+        scores = self._scores(target_logits, request, request.sequence, 0, drafts)  # row i after drafts[:i]
         sampling = request.sampling
         if sampling.greedy:
-            emitted = greedy_verify(drafts, target_logits)
+            emitted = greedy_verify(drafts, scores)
         else:
-            target_probs = probabilities(target_logits, sampling)  # [k + 1, V]
+            target_probs = filtered_softmax(scores, sampling)  # [k + 1, V]
             if request.draft_logits is not None:
                 draft_probs = request.draft_logits.softmax(dim=-1)  # [k, V], as given (docstring)
                 emitted = rejection_sample(drafts, draft_probs, target_probs, generator)
@@ -265,6 +311,15 @@ class TwinEngine:
                 break
         kept_logits = list(target_logits[: len(emitted)]) if request.return_generation_logits else []
         return emitted, kept_logits
+
+    @staticmethod
+    def _scores(
+        logits: torch.Tensor, request: EngineRequest, context: list[int], generated: int, row_tokens: Sequence[int] = ()
+    ) -> torch.Tensor:
+        """Raw logits -> the scores this call draws from (penalties.py), ``generated`` tokens into the call."""
+        temperature = NEUTRAL_TEMPERATURE if request.sampling.greedy else request.sampling.temperature
+        penalties = request.penalties.after(generated)
+        return adjusted_scores(logits, temperature, penalties, context, row_tokens, request.end_id)
 
     def _ends(self, tokens: list[int], request: EngineRequest) -> bool:
         if request.end_id is not None and tokens[-1] == request.end_id:

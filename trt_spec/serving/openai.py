@@ -15,6 +15,9 @@ What maps to what:
 - ``temperature`` 0 -> greedy: no ``temperature``/``top_p``/``top_k`` sent (TensorRT-LLM decodes
   greedily when neither top_k nor top_p is given); above 0 -> ``temperature`` and ``top_p``
   (default 1, so the ensemble samples) and the extension ``top_k`` when given;
+- ``presence_penalty``/``frequency_penalty`` (-2..2) and the extensions ``repetition_penalty`` and
+  ``min_tokens`` (vLLM's names) -> the ensemble inputs of the same names, applied by TensorRT-LLM's
+  rules (after temperature, prompt tokens counted: ``trt_spec/runtime/penalties.py``);
 - ``seed`` -> ``seed``; ``stop`` -> ``stop_words`` (the ensemble stops on their tokens) and, as
   OpenAI does, the text ends before the first stop string (matched on text here too);
 - ``usage`` from the ensemble's ``num_input_tokens`` (``return_num_input_tokens``; an ensemble
@@ -31,9 +34,9 @@ metadata), so the endpoint works with an ensemble before and after TensorRT-LLM 
 ``stream``/``exclude_input_in_output``/``return_num_input_tokens`` inputs.
 
 Parameters OpenAI defines but this server does not implement (``n`` > 1, ``logprobs``,
-penalties, ``logit_bias``, tools, ``response_format`` other than text, ...) and unknown fields
-are refused with a 400 in OpenAI's error shape ``{"error": {"message", "type", "param", "code"}}``
-naming the parameter; values that change nothing (``n`` = 1, penalties 0, ...) are accepted.
+``logit_bias``, tools, ``response_format`` other than text, ...) and unknown fields are refused
+with a 400 in OpenAI's error shape ``{"error": {"message", "type", "param", "code"}}`` naming the
+parameter; values that change nothing (``n`` = 1, ...) are accepted.
 """
 
 from __future__ import annotations
@@ -145,13 +148,15 @@ class _GenerationRequest(BaseModel):
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     stop: str | list[str] | None = None
     n: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = None
     user: str | None = None  # accepted, changes nothing
     # Extensions: TensorRT-LLM's top_k; the draft length (0 = plain target decoding; changes speed, not the output).
     top_k: int | None = Field(default=None, ge=0)
     num_draft_tokens: int | None = Field(default=None, ge=0)
+    repetition_penalty: float | None = Field(default=None, gt=0)
+    min_tokens: int | None = Field(default=None, ge=0)
 
     def refuse_unsupported(self) -> None:
         """Values of OpenAI parameters this server does not implement: one 400 naming the first."""
@@ -162,9 +167,6 @@ class _GenerationRequest(BaseModel):
                 "several requests for several choices",
                 self.n,
             )
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name) not in (None, 0):
-                raise _unsupported(name, f"send {name}=0 or leave it out", getattr(self, name))
         if self.logit_bias:
             raise _unsupported("logit_bias", "leave it out")
 
@@ -372,6 +374,10 @@ class EnsembleRequest:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     num_draft_tokens: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
 
 
 @dataclass
@@ -446,6 +452,10 @@ class EnsembleBackend:
         add(T.TOP_K.name, request.top_k)
         add(T.SEED.name, request.seed)
         add(T.NUM_DRAFT_TOKENS.name, request.num_draft_tokens)
+        add(T.PRESENCE_PENALTY.name, request.presence_penalty)
+        add(T.FREQUENCY_PENALTY.name, request.frequency_penalty)
+        add(T.REPETITION_PENALTY.name, request.repetition_penalty)
+        add(T.MIN_TOKENS.name, request.min_tokens)
         add(_EXCLUDE_INPUT, True)
         add(_RETURN_NUM_INPUT, True)
         # No return_num_output_tokens: without it num_output_tokens is the running total on every response
@@ -675,6 +685,10 @@ def create_app(grpc_url: str, tokenizer_dir: str | Path, model_name: str, *, ens
             seed=body.seed,
             stop=body.stop_strings(),
             num_draft_tokens=body.num_draft_tokens,
+            presence_penalty=body.presence_penalty or None,
+            frequency_penalty=body.frequency_penalty or None,
+            repetition_penalty=body.repetition_penalty,
+            min_tokens=body.min_tokens,
         )
 
     @app.post("/v1/completions")

@@ -12,10 +12,15 @@ complete, valid tensors:
   its pad token (else EOS); ``num_draft_tokens`` absent = the spec's K;
 - ``beam_width`` and ``num_return_sequences`` must be 1: speculative decoding here decodes one
   sequence per prompt;
-- the inputs whose speculative treatment is not implemented yet (penalties, ``min_tokens``,
-  ``bad_words``, embedding bias, log probs, logits, perf metrics, prompt tables, LoRA, guided
-  decoding, encoder-decoder text) are accepted only with their neutral value (:data:`NOT_YET`):
-  any other value is refused, never silently ignored.
+- penalties (``repetition_penalty`` > 0, ``presence_penalty``, ``frequency_penalty``; absent =
+  none), ``min_tokens`` (absent = 1, TensorRT-LLM's default), ``bad_words`` (each string's tokens,
+  as TensorRT-LLM's preprocessing encodes them) and the embedding bias (every token of each
+  ``embedding_bias_words`` entry gets its weight, as TensorRT-LLM's ``_get_embedding_bias`` adds
+  them; a ``[V]`` row, ``[0]`` when none) go to the loop, which applies them identically to the
+  draft and the target (:mod:`trt_spec.runtime.penalties`); ``return_log_probs`` absent = false;
+- the inputs whose speculative treatment is not implemented (logits, perf metrics, prompt
+  tables, LoRA, guided decoding, encoder-decoder text) are accepted only with their neutral
+  value (:data:`NOT_YET`): any other value is refused, never silently ignored.
 
 A request may carry N prompts (``text_input`` ``[N, 1]``, every other input ``[N, ...]``); each
 row is checked on its own and the outputs are ``[N, ...]``, ``input_ids`` right-padded with the
@@ -48,6 +53,7 @@ if (_HERE / "trt_spec").is_dir():
 from trt_spec.runtime import tensors as T  # noqa: E402
 from trt_spec.runtime.errors import GenerationParamsError  # noqa: E402
 from trt_spec.runtime.parameters import PreprocessingParameters  # noqa: E402
+from trt_spec.runtime.penalties import ENGINE_MIN_TOKENS, Penalties  # noqa: E402
 from trt_spec.runtime.sampling import GREEDY_TEMPERATURE, NO_TOP_K, NO_TOP_P, SamplingParams  # noqa: E402
 
 # TensorRT-LLM's temperature when a sampled request sends none (executor SamplingConfig default).
@@ -76,27 +82,13 @@ class NotYetSupported:
     neutral: Callable[[object], bool]
 
 
-def _empty_words(words: object) -> bool:
-    return not any(words)  # type: ignore[arg-type]
-
-
 def _empty_array(array: object) -> bool:
     return np.asarray(array).size == 0
 
 
 NOT_YET = (
-    NotYetSupported(T.REPETITION_PENALTY, "1.0", lambda value: value == 1.0),
-    NotYetSupported(T.PRESENCE_PENALTY, "0.0", lambda value: value == 0.0),
-    NotYetSupported(T.FREQUENCY_PENALTY, "0.0", lambda value: value == 0.0),
     # TensorRT-LLM's default is 0.0; 1.0 is as neutral (it scales beam-search scores only).
     NotYetSupported(T.LENGTH_PENALTY, "0.0 (or 1.0)", lambda value: value in (0.0, 1.0)),
-    NotYetSupported(T.MIN_TOKENS, "1 (or less)", lambda value: value <= 1),
-    NotYetSupported(T.BAD_WORDS, "[] (or empty strings)", _empty_words),
-    NotYetSupported(T.EMBEDDING_BIAS_WORDS, "[] (or empty strings)", _empty_words),
-    NotYetSupported(
-        T.EMBEDDING_BIAS_WEIGHTS, "[] (or zeros)", lambda array: not np.any(np.asarray(array, dtype=np.float64))
-    ),
-    NotYetSupported(T.RETURN_LOG_PROBS, "false", lambda value: not value),
     NotYetSupported(T.RETURN_CONTEXT_LOGITS, "false", lambda value: not value),
     NotYetSupported(T.REQUEST_RETURN_GENERATION_LOGITS, "false", lambda value: not value),
     NotYetSupported(T.REQUEST_RETURN_PERF_METRICS, "false", lambda value: not value),
@@ -142,6 +134,8 @@ class RequestParameters:
     return_num_output_tokens: bool
     end_id: int | None  # None: the tokenizer's
     pad_id: int | None  # None: the tokenizer's
+    penalties: Penalties  # without bad words and bias (they need the tokenizer)
+    return_log_probs: bool = False
 
 
 def _sampling(values: dict[str, object]) -> SamplingParams:
@@ -204,6 +198,16 @@ def check_parameters(values: dict[str, object], limits: PreprocessingParameters)
     if pad_id is not None and not 0 <= pad_id < limits.vocab_size:
         raise RequestError(f"pad_id must be a token id below the vocabulary size {limits.vocab_size}; got {pad_id}")
     exclude = values.get(T.REQUEST_EXCLUDE_INPUT_IN_OUTPUT.name)
+    words, weights = values.get(T.EMBEDDING_BIAS_WORDS.name), values.get(T.EMBEDDING_BIAS_WEIGHTS.name)
+    num_words = 0 if words is None else len(words)  # type: ignore[arg-type]
+    num_weights = 0 if weights is None else np.asarray(weights).size
+    if num_words != num_weights:
+        raise RequestError(
+            f"embedding_bias_words has {num_words} entries and embedding_bias_weights {num_weights}: "
+            "send one weight per word"
+        )
+    if weights is not None and not np.all(np.isfinite(np.asarray(weights, dtype=np.float64))):
+        raise RequestError("embedding_bias_weights must be finite numbers")
     return RequestParameters(
         max_tokens=int(max_tokens),
         sampling=sampling,
@@ -214,7 +218,26 @@ def check_parameters(values: dict[str, object], limits: PreprocessingParameters)
         return_num_output_tokens=bool(values.get(T.RETURN_NUM_OUTPUT_TOKENS.name) or False),
         end_id=None if end_id is None else int(end_id),
         pad_id=None if pad_id is None else int(pad_id),
+        penalties=_penalties(values),
+        return_log_probs=bool(values.get(T.RETURN_LOG_PROBS.name) or False),
     )
+
+
+def _penalties(values: dict[str, object]) -> Penalties:
+    """The penalties and min_tokens, TensorRT-LLM's defaults for what is absent (checked by
+    :class:`Penalties`, the one validation the loop and the engine models use too)."""
+    repetition, presence, frequency, min_tokens = (
+        values.get(t.name) for t in (T.REPETITION_PENALTY, T.PRESENCE_PENALTY, T.FREQUENCY_PENALTY, T.MIN_TOKENS)
+    )
+    try:
+        return Penalties(
+            repetition_penalty=1.0 if repetition is None else float(repetition),  # type: ignore[arg-type]
+            presence_penalty=0.0 if presence is None else float(presence),  # type: ignore[arg-type]
+            frequency_penalty=0.0 if frequency is None else float(frequency),  # type: ignore[arg-type]
+            min_tokens=ENGINE_MIN_TOKENS if min_tokens is None else int(min_tokens),  # type: ignore[call-overload]
+        )
+    except GenerationParamsError as exc:
+        raise RequestError(str(exc)) from None
 
 
 def check_lengths(num_prompt_tokens: int, max_tokens: int, limits: PreprocessingParameters) -> None:
@@ -250,6 +273,7 @@ class Prompt:
     text: str
     values: dict[str, object]
     stop_words: tuple[str, ...] = ()
+    bad_words: tuple[str, ...] = ()
 
 
 class Preprocessor:
@@ -264,7 +288,23 @@ class Preprocessor:
     def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=add_special_tokens).input_ids)
 
-    def __call__(self, text: str, values: dict[str, object], stop_words: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    def embedding_bias(self, values: dict[str, object]) -> np.ndarray:
+        """``[V]`` float32: each word's weight added at every one of its tokens (TensorRT-LLM's
+        preprocessing encodes the word with the tokenizer's defaults); ``[0]`` without words."""
+        words = values.get(T.EMBEDDING_BIAS_WORDS.name) or []
+        if not words:
+            return np.zeros(0, dtype=np.float32)
+        weights = np.asarray(values[T.EMBEDDING_BIAS_WEIGHTS.name], dtype=np.float64).reshape(-1)
+        bias = np.zeros(self.parameters.vocab_size, dtype=np.float64)
+        for word, weight in zip(words, weights):  # type: ignore[call-overload]
+            for token in self.encode(word, add_special_tokens=True):
+                if 0 <= token < bias.size:
+                    bias[token] += weight
+        return bias.astype(np.float32)
+
+    def __call__(
+        self, text: str, values: dict[str, object], stop_words: Sequence[str] = (), bad_words: Sequence[str] = ()
+    ) -> dict[str, np.ndarray]:
         """One prompt -> the output tensors (without the batch dimension), by name."""
         request = check_parameters(values, self.parameters)
         if not text:
@@ -272,7 +312,9 @@ class Preprocessor:
         input_ids = self.encode(text, add_special_tokens=self.parameters.add_special_tokens)
         check_lengths(len(input_ids), request.max_tokens, self.parameters)
         stop_ids = [self.encode(word, add_special_tokens=False) for word in stop_words if word]
+        bad_ids = [ids for ids in (self.encode(word, add_special_tokens=False) for word in bad_words if word) if ids]
         sampling = request.sampling
+        penalties = request.penalties
         return {
             T.INPUT_IDS.name: np.array(input_ids, dtype=np.int32),
             T.INPUT_LENGTHS.name: np.array([len(input_ids)], dtype=np.int32),
@@ -285,7 +327,14 @@ class Preprocessor:
             T.NUM_DRAFT_TOKENS.name: np.array([request.num_draft_tokens], dtype=np.int32),
             T.STREAMING.name: np.array([request.stream], dtype=bool),
             T.STOP_WORDS_LIST.name: stop_words_list(stop_ids),
+            T.BAD_WORDS_LIST.name: stop_words_list(bad_ids),
+            T.EMBEDDING_BIAS.name: self.embedding_bias(values),
+            T.ENGINE_REPETITION_PENALTY.name: np.array([penalties.repetition_penalty], dtype=np.float32),
+            T.ENGINE_PRESENCE_PENALTY.name: np.array([penalties.presence_penalty], dtype=np.float32),
+            T.ENGINE_FREQUENCY_PENALTY.name: np.array([penalties.frequency_penalty], dtype=np.float32),
+            T.ENGINE_MIN_TOKENS.name: np.array([penalties.min_tokens], dtype=np.int32),
             T.EXCLUDE_INPUT_IN_OUTPUT.name: np.array([request.exclude_input_in_output], dtype=bool),
+            T.RESOLVED_RETURN_LOG_PROBS.name: np.array([request.return_log_probs], dtype=bool),
             T.RESOLVED_RETURN_NUM_INPUT_TOKENS.name: np.array([request.return_num_input_tokens], dtype=bool),
             T.RESOLVED_RETURN_NUM_OUTPUT_TOKENS.name: np.array([request.return_num_output_tokens], dtype=bool),
         }
@@ -297,7 +346,7 @@ class Preprocessor:
         rows = []
         for index, prompt in enumerate(prompts):
             try:
-                rows.append(self(prompt.text, prompt.values, prompt.stop_words))
+                rows.append(self(prompt.text, prompt.values, prompt.stop_words, prompt.bad_words))
             except RequestError as exc:
                 if len(prompts) == 1:
                     raise
@@ -311,7 +360,10 @@ class Preprocessor:
                     np.pad(array, (0, width - array.shape[0]), constant_values=int(row[T.PAD_ID.name][0]))
                     for array, row in zip(arrays, rows)
                 ]
-            elif name == T.STOP_WORDS_LIST.name:
+            elif name == T.EMBEDDING_BIAS.name:
+                width = max(array.shape[0] for array in arrays)  # [0] rows padded with zeros to [V]
+                arrays = [np.pad(array, (0, width - array.shape[0])) for array in arrays]
+            elif name in (T.STOP_WORDS_LIST.name, T.BAD_WORDS_LIST.name):
                 width = max(array.shape[1] for array in arrays)
                 arrays = [
                     np.stack(
@@ -376,7 +428,8 @@ def read_request(request) -> list[Prompt]:
             else:
                 values[tensor.name] = data[row]
         stop_words = tuple(values.get(T.STOP_WORDS.name) or ())
-        prompts.append(Prompt(_decode_text(text[row].reshape(-1)[0], T.TEXT_INPUT.name), values, stop_words))
+        bad_words = tuple(values.get(T.BAD_WORDS.name) or ())
+        prompts.append(Prompt(_decode_text(text[row].reshape(-1)[0], T.TEXT_INPUT.name), values, stop_words, bad_words))
     return prompts
 
 

@@ -260,13 +260,15 @@ class TritonPythonModel:
         times = bls.LoopTimes()
         state = bls.new_state(prompt)
         windows = bls.ResponseWindows()
+        log_probs: list[float] = []  # return_log_probs: one per generated token
         last_sent = False
 
         def stream(current, new_tokens):
             nonlocal last_sent
             window, context = windows.next(current.output)
             last_sent = current.finished
-            respond(bls.response_arrays(current, window, context, current.finished, key, prompt), current.finished)
+            arrays = bls.response_arrays(current, window, context, current.finished, key, prompt, log_probs)
+            respond(arrays, current.finished)
 
         def cancelled():
             # Streaming: the sender checks request.is_cancelled() after every response it sends.
@@ -281,6 +283,7 @@ class TritonPythonModel:
                 on_tokens=stream if prompt.stream else None,
                 is_cancelled=cancelled,
                 times=times,
+                log_probs=log_probs,
             )
             outcome = "finished"
         except bls.Cancelled:
@@ -296,5 +299,5 @@ class TritonPythonModel:
             outcome = "failed"
         if not last_sent and not failures:
             window, context = bls.final_window(prompt, state, windows)
-            respond(bls.response_arrays(state, window, context, True, key, prompt), True)
+            respond(bls.response_arrays(state, window, context, True, key, prompt, log_probs), True)
         self.responses.worker.submit(self.metrics.record, outcome, state, times)
