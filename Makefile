@@ -2,6 +2,7 @@
 #
 #   make demo                          the embedded demo pair end to end on CPU: check, plan,
 #                                      Triton repository, real Triton server, streamed generation
+#   make bench                         the demo pair in-process: speculative vs plain decoding per K
 #   make test                          the test suite (CPU; GPU tests skip)
 #   make lint                          ruff (lint + format check) and mypy (strict on the pure core)
 #   make plan SPEC=examples/x.yaml     conversion + trtllm-build steps and the memory plan
@@ -11,6 +12,8 @@
 #   make build-engines SPEC=... VENV_FLAGS=--system-site-packages TORCH=
 
 SPEC ?= examples/pystdlib-demo.yaml
+# The demo pair `make demo` and `make bench` run (the tests use the smaller pystdlib-demo.yaml).
+DEMO_SPEC ?= examples/pystdlib-wide.yaml
 VENV ?= .venv
 VENV_FLAGS ?=
 # A CPU build of torch; empty to keep the torch already installed (e.g. in a GPU container).
@@ -22,7 +25,7 @@ TRT_SPEC := $(VENV)/bin/trt-spec
 STAMP := $(VENV)/.installed-$(EXTRAS)
 LINT_PATHS := trt_spec tests scripts
 
-.PHONY: setup test lint demo plan build-engines clean
+.PHONY: setup test lint demo bench plan build-engines clean
 
 setup: $(STAMP)
 
@@ -43,7 +46,10 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 demo: $(STAMP)
-	$(TRT_SPEC) demo
+	$(TRT_SPEC) demo --spec $(DEMO_SPEC)
+
+bench: $(STAMP)
+	$(TRT_SPEC) bench --local --spec $(DEMO_SPEC)
 
 plan: $(STAMP)
 	$(TRT_SPEC) plan --spec $(SPEC)

@@ -164,3 +164,51 @@ def test_plan_cli_human_output_has_table_and_commands():
     assert "KV cache:" in result.output and "weights/GPU" in result.output
     assert "\ntrtllm-build --checkpoint_dir checkpoints/llama8b-1b/target/trtllm" in result.output
     assert "trt-spec convert --spec" in result.output
+
+
+# --- the projection `plan` prints (trt_spec/projection.py) -------------------------------------------
+
+
+def test_plan_cli_prints_the_projection_70b_on_4xh100():
+    """The table per K, and t_1, t_d and the K = 5 speedup computed by hand from the two configs."""
+    result = CliRunner().invoke(main, ["plan", "--spec", str(EXAMPLES / "llama70b-1b-4xh100.yaml")])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "projection on H100 SXM (3.35 TB/s HBM)" in out and "not a measurement" in out
+    table = out[out.index("tokens/call") :].splitlines()[1:9]
+    assert [int(line.split()[0]) for line in table] == list(range(1, 9))
+
+    # Target rank: a quarter of the 80 layers (norms replicated) + a quarter of lm_head; no embedding.
+    per_layer_split = 8192 * 128 * (2 * 64 + 2 * 8) + 3 * 8192 * 28672
+    target_bytes = 2 * (80 * (per_layer_split // 4 + 3 * 8192) + (128256 // 4) * 8192)
+    target_bytes += 80 * 1024 * 4096  # 80 KiB of KV per token per rank x 4,096 cached tokens (max_input_len)
+    allreduce = 2 * 80 * (5e-6 + 2 * 3 / 4 * 8192 * 2 / 450e9)
+    t_1 = target_bytes / 3.35e12 + allreduce
+    # Draft (Llama 3.2 1B, tp 1): 16 layers + its own lm_head (tied in HF, stored by TensorRT-LLM).
+    draft_layer = 2048 * 64 * (2 * 32 + 2 * 8) + 3 * 2048 * 8192
+    draft_bytes = 2 * (16 * (draft_layer + 3 * 2048) + 128256 * 2048) + 32 * 1024 * 4096
+    t_d = draft_bytes / 3.35e12
+    assert f"t_1 {t_1 * 1e3:.3f} ms" in out and t_1 * 1e3 == pytest.approx(11.283, abs=1e-3)
+    assert f"t_d {t_d * 1e3:.3f} ms" in out and t_d * 1e3 == pytest.approx(0.778, abs=1e-3)
+    # K = 5 at alpha 0.7: E = (1 - 0.7^6) / 0.3; t_(K+1) = t_1 but for the all-reduce's bytes of 6 tokens.
+    t_6 = target_bytes / 3.35e12 + 2 * 80 * (5e-6 + 2 * 3 / 4 * 6 * 8192 * 2 / 450e9)
+    speedup = (1 - 0.7**6) / 0.3 * t_1 / (5 * t_d + t_6)
+    row = next(line for line in table if line.split()[0] == "5")
+    assert row.split()[1] == "2.94" and row.split()[3] == f"{speedup:.2f}x" == "2.18x"
+    assert "<- recommended" in row and "recommended K = 5" in out
+    assert "ridge point 295 FLOP/byte" in out and "all-reduce: 2 per layer x 80 layers" in out
+
+
+def test_plan_cli_projection_options_and_json():
+    args = ["plan", "--spec", str(EXAMPLES / "llama70b-1b-4xh100.yaml"), "--json", "--alpha", "0.5", "--max-k", "4"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    projection = json.loads(result.output)["projection"]
+    assert projection["gpu"] == "h100" and projection["alpha"] == 0.5 and projection["batch"] == 1
+    assert [row["k"] for row in projection["rows"]] == [1, 2, 3, 4]
+    assert set(projection["rows"][0]) >= {"k", "tokens_per_target_call", "verify_cost_ratio", "speedup"}
+    best = max(projection["rows"], key=lambda row: row["speedup"])
+    assert projection["recommended_k"] == best["k"]
+    assert projection["rows"][1]["tokens_per_target_call"] == pytest.approx(1.75)  # 1 + 0.5 + 0.25
+    bad = CliRunner().invoke(main, ["plan", "--spec", str(EXAMPLES / "llama70b-1b-4xh100.yaml"), "--alpha", "2"])
+    assert bad.exit_code == 2 and "--alpha" in bad.output

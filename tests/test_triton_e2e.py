@@ -287,7 +287,14 @@ def test_demo_runs_end_to_end_and_leaves_nothing_behind():
     import sys
 
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "trt-spec"), "demo", "--max-tokens", "8"],
+        [
+            str(Path(sys.executable).parent / "trt-spec"),
+            "demo",
+            "--spec",
+            str(EXAMPLES / "pystdlib-demo.yaml"),
+            "--max-tokens",
+            "8",
+        ],
         capture_output=True,
         text=True,
         timeout=600,

@@ -95,6 +95,43 @@ class MemoryPlan:
         }
 
 
+@dataclass(frozen=True)
+class RankParams:
+    """The parameters one tensor-parallel rank stores, grouped by how a decode step reads them."""
+
+    embedding: int  # the vocabulary embedding, replicated: a step gathers only its tokens' rows
+    layers: int  # this rank's share of every decoder layer (attention and MLP split, norms replicated)
+    lm_head: int  # this rank's rows of the output projection
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.layers + self.lm_head
+
+    @property
+    def streamed(self) -> int:
+        """Parameters every decode step reads whole: the layers and the lm_head (not the embedding)."""
+        return self.layers + self.lm_head
+
+
+def rank_params(model: ModelInfo, tp_size: int) -> RankParams:
+    """Parameters per rank in TensorRT-LLM's Llama split (see the module docstring)."""
+    split = model.layer_params - 2 * model.hidden_size  # attention + MLP, split across ranks
+    replicated = 2 * model.hidden_size + model.hidden_size  # layer norms, final norm
+    vocab_per_rank = -(-model.vocab_size // tp_size)  # lm_head rows, padded to a multiple of tp
+    return RankParams(
+        embedding=model.embedding_params,
+        layers=model.num_layers * (split // tp_size + replicated),
+        lm_head=vocab_per_rank * model.hidden_size,  # stored separately even when tied in HF
+    )
+
+
+def kv_bytes_per_token_per_rank(model: ModelInfo, *, tp_size: int, dtype: str) -> int:
+    """2 (K and V) x layers x KV heads per rank x head size x bytes. KV heads are replicated when
+    fewer than ranks."""
+    kv_heads_per_rank = max(1, model.num_kv_heads // tp_size)
+    return 2 * model.num_layers * kv_heads_per_rank * model.head_dim * DTYPE_BYTES[dtype]
+
+
 def engine_memory(
     model: ModelInfo,
     *,
@@ -107,20 +144,15 @@ def engine_memory(
     """Per-rank memory of one engine. ``logits_positions``: positions per sequence whose
     logits the engine returns each step (K + 1 for a verifying target)."""
     dtype_bytes = DTYPE_BYTES[dtype]
-    split = model.layer_params - 2 * model.hidden_size  # attention + MLP, split across ranks
-    replicated = 2 * model.hidden_size + model.hidden_size  # layer norms, final norm
     vocab_per_rank = -(-model.vocab_size // tp_size)  # lm_head rows, padded to a multiple of tp
-    lm_head = vocab_per_rank * model.hidden_size  # stored separately even when tied in HF
-    params_per_rank = model.embedding_params + model.num_layers * (split // tp_size + replicated) + lm_head
-    kv_heads_per_rank = max(1, model.num_kv_heads // tp_size)  # KV heads are replicated when fewer than ranks
-    kv_bytes_per_token = 2 * model.num_layers * kv_heads_per_rank * model.head_dim * dtype_bytes
+    kv_bytes_per_token = kv_bytes_per_token_per_rank(model, tp_size=tp_size, dtype=dtype)
     qkv_width = (model.num_heads + 2 * model.num_kv_heads) * model.head_dim // tp_size
     widest_per_token = 4 * model.hidden_size + 2 * model.intermediate_size // tp_size + qkv_width
     activations = 2 * max_num_tokens * widest_per_token * dtype_bytes
     logits = max_batch_size * logits_positions * vocab_per_rank * LOGITS_BYTES
     return EngineMemory(
         tp_size=tp_size,
-        weights_bytes=params_per_rank * dtype_bytes,
+        weights_bytes=rank_params(model, tp_size).total * dtype_bytes,
         kv_bytes_per_token=kv_bytes_per_token,
         activation_bytes=activations + logits,
         overhead_bytes=RUNTIME_OVERHEAD_BYTES,

@@ -3,10 +3,15 @@
 alpha is the per-position acceptance (accepted / (accepted + rejections)), K the draft length,
 t_1 a one-token target call, t_{K+1} a (K + 1)-token target call, t_d a one-token draft call and
 c = t_d / t_1. The K recommendation is Leviathan et al. 2023 (arXiv 2211.17192), Theorem 3.8.
+
+The cost model is one, with two feeds: step times measured on this machine (``bench``), or
+projected from bytes over bandwidth on the spec's GPU (``trt_spec.projection``, ``plan``). With
+r = t_{K+1} / t_1 its speedup E * t_1 / (K t_d + t_{K+1}) is E / (1 + K c + (r - 1)).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from trt_spec.runtime.loop import RequestStats, expected_tokens_per_call
@@ -68,3 +73,36 @@ def walltime_improvement(alpha: float, num_draft_tokens: int, cost_ratio: float)
 def recommend_num_draft_tokens(alpha: float, cost_ratio: float, max_k: int = MAX_DRAFT_TOKENS) -> int:
     """The K in 1..max_k that maximises :func:`walltime_improvement`."""
     return max(range(1, max_k + 1), key=lambda k: walltime_improvement(alpha, k, cost_ratio))
+
+
+@dataclass(frozen=True)
+class CostModelRow:
+    """The cost model at one K (ratios are of seconds, so unitless)."""
+
+    k: int
+    tokens_per_target_call: float  # E = (1 - alpha^(K+1)) / (1 - alpha)
+    draft_cost_ratio: float  # c = t_d / t_1
+    verify_cost_ratio: float  # r = t_(K+1) / t_1
+    speedup: float  # E / (K c + r), over plain decoding
+
+
+def cost_model_rows(alpha: float, step_times: StepTimes, ks: Iterable[int]) -> list[CostModelRow]:
+    """:func:`cost_model_speedup` and its parts for each K in ``ks`` (each needs its t_(K+1))."""
+    rows = []
+    for k in ks:
+        t_draft = step_times.draft_by_k.get(k, step_times.draft_1)
+        rows.append(
+            CostModelRow(
+                k=k,
+                tokens_per_target_call=theoretical_tokens_per_call(alpha, k),
+                draft_cost_ratio=t_draft / step_times.target_1,
+                verify_cost_ratio=step_times.target_by_num_tokens[k + 1] / step_times.target_1,
+                speedup=cost_model_speedup(alpha, k, step_times),
+            )
+        )
+    return rows
+
+
+def best_row(rows: Iterable[CostModelRow]) -> CostModelRow:
+    """The row with the largest speedup; the smallest such K on a tie."""
+    return max(sorted(rows, key=lambda row: row.k), key=lambda row: row.speedup)

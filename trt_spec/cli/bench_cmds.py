@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from trt_spec.cli.demo_cmds import DEMO_SPEC
 from trt_spec.cli.generate_cmds import choose_mode, load_twin, mode_options
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
@@ -109,15 +110,17 @@ def bench(
 
     Prompts are Python sources held out of the demo pair's training (packaged with trt-spec).
     In-process (--local): a table, the cost-model bound, and the K that Leviathan et al.'s
-    Theorem 3.8 recommends. Through a server (--url): speculative vs num_draft_tokens 0 on the
-    same server at concurrency 1 and N, with time to first token and inter-token latency; with
-    --spec as well, the in-process loop runs the same prompts for comparison.
+    Theorem 3.8 recommends; without --spec, the demo pair examples/pystdlib-wide.yaml (in a
+    clone). Through a server (--url): speculative vs num_draft_tokens 0 on the same server at
+    concurrency 1 and N, with time to first token and inter-token latency; with --spec as well,
+    the in-process loop runs the same prompts for comparison.
 
     \b
     Examples:
+      trt-spec bench --local                                   # the wide demo pair
       trt-spec bench --local --spec demo.yaml --plot bench.png
       trt-spec bench --url 127.0.0.1:8001 --concurrency 8 --json
-      trt-spec bench --url 127.0.0.1:8001 --spec examples/pystdlib-demo.yaml   # + in-process
+      trt-spec bench --url 127.0.0.1:8001 --spec examples/pystdlib-wide.yaml   # + in-process
     """
     import dataclasses
 
@@ -127,6 +130,8 @@ def bench(
     from trt_spec.bench.plot import write_plot
     from trt_spec.bench.profile import profile_iterations
 
+    if local and spec_path is None and DEMO_SPEC.is_file():
+        spec_path = str(DEMO_SPEC)
     url, spec = choose_mode(url, local, spec_path, spec_with_url=True)
     if plot_path:
         try:

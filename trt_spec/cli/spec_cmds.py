@@ -13,6 +13,8 @@ from trt_spec import atomic
 from trt_spec.cli.common import read_spec, spec_option
 from trt_spec.memory import format_bytes
 from trt_spec.plan import Plan, make_plan
+from trt_spec.projection import DEFAULT_ALPHA, DEFAULT_BATCH, DEFAULT_MAX_K, Projection, project_plan, render_projection
+from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
 
 @click.command()
@@ -43,22 +45,52 @@ def init(output: str, force: bool) -> None:
 @click.command()
 @spec_option
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def plan(spec_path: str, as_json: bool) -> None:
-    """Show the conversion and trtllm-build steps and the GPU memory plan. Needs no GPU.
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1),
+    default=DEFAULT_ALPHA,
+    show_default=True,
+    help="Per-position acceptance for the projection (measure yours with `trt-spec bench`).",
+)
+@click.option(
+    "--max-k",
+    type=click.IntRange(1, MAX_DRAFT_TOKENS),
+    default=DEFAULT_MAX_K,
+    show_default=True,
+    help="Project K = 1 .. this.",
+)
+@click.option(
+    "--context",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Tokens already in each sequence's KV cache for the projection (default: the spec's max_input_len).",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    default=DEFAULT_BATCH,
+    show_default=True,
+    help="Sequences per engine step for the projection.",
+)
+def plan(spec_path: str, as_json: bool, alpha: float, max_k: int, context: int | None, batch: int) -> None:
+    """Show the conversion and trtllm-build steps, the GPU memory plan, and a projection of the
+    speedup per K on the spec's GPU (a memory-bandwidth model). Needs no GPU.
 
     \b
     Example:
       trt-spec plan --spec examples/llama70b-1b-4xh100.yaml
-      trt-spec plan --spec examples/llama70b-1b-4xh100.yaml --json | jq .target.build_argv
+      trt-spec plan --spec examples/llama70b-1b-4xh100.yaml --alpha 0.6
+      trt-spec plan --spec examples/llama70b-1b-4xh100.yaml --json | jq .projection.rows
     """
     the_plan = make_plan(read_spec(spec_path))
+    projection = project_plan(the_plan, alpha, max_k=max_k, context=context, batch=batch)
     if as_json:
-        click.echo(json.dumps(the_plan.to_json(), indent=2))
+        click.echo(json.dumps({**the_plan.to_json(), "projection": projection.to_json()}, indent=2))
     else:
-        click.echo(render_plan(the_plan, spec_path))
+        click.echo(render_plan(the_plan, spec_path, projection))
 
 
-def render_plan(the_plan: Plan, spec_path: str) -> str:
+def render_plan(the_plan: Plan, spec_path: str, projection: Projection | None = None) -> str:
     spec, memory = the_plan.spec, the_plan.memory
     lines = [
         f"deployment {spec.name}: {spec.target.model} (tp {spec.target.tp_size}) drafted by "
@@ -89,6 +121,8 @@ def render_plan(the_plan: Plan, spec_path: str) -> str:
         f"{memory.full_sequences:,} sequences of max_seq_len + K = {memory.tokens_per_sequence:,} tokens"
     )
     lines += [f"warning: {warning}" for warning in the_plan.warnings]
+    if projection is not None:
+        lines += ["", *render_projection(projection)]
     lines += ["", *render_steps(the_plan, spec_path)]
     return "\n".join(lines)
 
