@@ -105,13 +105,14 @@ def test_token_zero_is_never_banned_as_the_kernel_tests_0_lt_token():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"repetition_penalty": 0.0}, "repetition_penalty must be a finite number > 0"),
-        ({"repetition_penalty": float("inf")}, "repetition_penalty must be a finite number > 0"),
-        ({"presence_penalty": float("nan")}, "presence_penalty must be a finite number"),
-        ({"frequency_penalty": float("-inf")}, "frequency_penalty must be a finite number"),
+        ({"repetition_penalty": 0.0}, "repetition_penalty must be between 0.01 and 100"),
+        ({"repetition_penalty": 1e-45}, "repetition_penalty must be between 0.01 and 100"),
+        ({"repetition_penalty": float("inf")}, "repetition_penalty must be between"),
+        ({"presence_penalty": float("nan")}, "presence_penalty must be between -100 and 100"),
+        ({"frequency_penalty": float("-inf")}, "frequency_penalty must be between"),
         ({"min_tokens": -1}, "min_tokens must be >= 0"),
         ({"bad_words": ((),)}, "a bad word is empty"),
-        ({"embedding_bias": ((3, float("nan")),)}, "embedding_bias_weights must be finite"),
+        ({"embedding_bias": ((3, float("nan")),)}, "embedding_bias_weights must be between"),
     ],
 )
 def test_bad_values_are_refused_by_name(kwargs, message):

@@ -36,14 +36,14 @@ NEW_TOKENS = 40
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     result = write_repository(load_spec(EXAMPLES / "pystdlib-demo.yaml"), root / "repo", "torch")
-    running = TritonServer(result.path, ready_timeout_s=300).start()
+    # Triton waits exit_timeout_s for in-flight requests: with 30 s, a quick stop means none was
+    # left behind, the cancelled one included.
+    running = TritonServer(result.path, ready_timeout_s=300, exit_timeout_s=30).start()
     try:
         yield running
     finally:
         started = time.monotonic()
         running.stop()
-    # Triton waits (30 s) for in-flight requests: a quick stop means none was left behind, the
-    # cancelled one included.
     assert time.monotonic() - started < 20
 
 

@@ -49,9 +49,23 @@ class _FakeResponse:
         return next(t.as_numpy() for t in self.output_tensors if t.name() == name)
 
 
+class _FakeSender:
+    """A decoupled model's response sender: what was sent, with its flags."""
+
+    def __init__(self):
+        self.sent: list[tuple[_FakeResponse | None, int]] = []
+
+    def send(self, response=None, flags=0):
+        self.sent.append((response, flags))
+
+
 class _FakeRequest:
     def __init__(self, **inputs):
         self.inputs = {name: _FakeTensor(name, value) for name, value in inputs.items()}
+        self.sender = _FakeSender()
+
+    def get_response_sender(self):
+        return self.sender
 
     def is_cancelled(self):
         return False
@@ -64,6 +78,7 @@ def pb_utils():
     fake.TritonError = _FakeError
     fake.InferenceResponse = _FakeResponse
     fake.get_input_tensor_by_name = lambda request, name: request.inputs.get(name)
+    fake.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
     saved = sys.modules.get(fake.__name__)
     sys.modules[fake.__name__] = fake
     yield fake
@@ -297,19 +312,40 @@ def test_final_response_flushes_an_incomplete_tail(post, tokenizer):
 
 
 def test_postprocessing_model_execute(post, tokenizer):
+    # Decoupled: one response per request with the final flag; the loop's other outputs pass through.
     model = _initialized(post, POSTPROCESSING)
     ids = tokenizer("print('é')")["input_ids"]
     window = np.array([ids], dtype=np.int32)
     request = _FakeRequest(
-        output_ids=window, num_context_tokens=np.array([[2]], dtype=np.int32), is_final=np.array([[True]])
+        output_ids=window,
+        num_context_tokens=np.array([[2]], dtype=np.int32),
+        is_final=np.array([[True]]),
+        num_output_tokens=np.array([[len(ids)]], dtype=np.int32),
+        acceptance_rate=np.array([[0.5]], dtype=np.float32),
     )
     broken = _FakeRequest(
         output_ids=window, num_context_tokens=np.array([[len(ids) + 1]], dtype=np.int32), is_final=np.array([[True]])
     )
-    good, bad = model.execute([request, broken])
+    assert model.execute([request, broken]) is None
+    ((good, flags),) = request.sender.sent
+    ((bad, _),) = broken.sender.sent
     expected = decode(tokenizer, ids)[len(decode(tokenizer, ids[:2])) :]
-    assert good.output("text_output").tolist() == [expected.encode()]  # 1-D, as TensorRT-LLM's postprocessing
+    assert flags == 1 and good.output("text_output").tolist() == [expected.encode()]  # 1-D, as TensorRT-LLM's
+    assert good.output("num_output_tokens").tolist() == [[len(ids)]] and good.output("acceptance_rate") == 0.5
+    assert {t.name() for t in good.output_tensors} == {"text_output", "num_output_tokens", "acceptance_rate"}
     assert "num_context_tokens" in bad.error.message() and "\n" not in bad.error.message()
+
+
+def test_a_probe_gets_the_final_flag_and_no_response(post):
+    model = _initialized(post, POSTPROCESSING)
+    probe = _FakeRequest(
+        output_ids=np.zeros((1, 0), dtype=np.int32),
+        num_context_tokens=np.array([[0]], dtype=np.int32),
+        is_final=np.array([[False]]),
+        request_key=np.array([[7]], dtype=np.uint64),
+    )
+    model.execute([probe])
+    assert probe.sender.sent == [(None, 1)]
 
 
 def test_model_tensor_names_match_the_generated_configs(pre):

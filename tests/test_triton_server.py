@@ -4,6 +4,7 @@ preprocessing and postprocessing models, bad requests, and `trt-spec serve` star
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -104,14 +105,17 @@ def test_bad_request_gets_one_clear_error_and_the_server_keeps_serving(server, t
 
 
 def test_streamed_detokenization_on_the_real_server(server, tokenizer):
+    # Postprocessing is decoupled (the loop's probes get no response): a stream, one request at a time.
     client = grpcclient.InferenceServerClient(server.grpc_url)
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
     text = "print('你好, wörld 🎉')\n"
     ids = tokenizer(text)["input_ids"]
     deltas, sent = [], 0
     for cut in range(1, len(ids) + 1):  # one token per response, as a streaming loop sends them
         start = T.window_start(sent)
         window = np.array([ids[start:cut]], dtype=np.int32)
-        result = client.infer(
+        client.async_stream_infer(
             T.POSTPROCESSING,
             [
                 _input("output_ids", window),
@@ -119,8 +123,11 @@ def test_streamed_detokenization_on_the_real_server(server, tokenizer):
                 _input("is_final", np.array([[cut == len(ids)]], dtype=bool)),
             ],
         )
+        result, error = answers.get(timeout=30)
+        assert error is None, error
         deltas.append(result.as_numpy("text_output")[0].decode("utf-8"))  # 1-D, as TensorRT-LLM's postprocessing
         sent = cut
+    client.stop_stream()
     assert "".join(deltas) == text
     assert "" in deltas  # some responses held back half a character
 

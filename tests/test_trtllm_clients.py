@@ -392,9 +392,9 @@ def test_real_curl(server, target):
 REFUSED = [
     ("beam_width", np.array([[4]], dtype=np.int32), "beam_width = 4 is not supported: speculative decoding"),
     ("num_return_sequences", np.array([[2]], dtype=np.int32), "num_return_sequences = 2 is not supported"),
-    ("repetition_penalty", np.array([[0.0]], dtype=np.float32), "repetition_penalty must be a finite number > 0"),
-    ("presence_penalty", np.array([[np.inf]], dtype=np.float32), "presence_penalty must be a finite number"),
-    ("frequency_penalty", np.array([[np.nan]], dtype=np.float32), "frequency_penalty must be a finite number"),
+    ("repetition_penalty", np.array([[0.0]], dtype=np.float32), "repetition_penalty must be between 0.01 and 100"),
+    ("presence_penalty", np.array([[np.inf]], dtype=np.float32), "presence_penalty must be between"),
+    ("frequency_penalty", np.array([[np.nan]], dtype=np.float32), "frequency_penalty must be between"),
     ("length_penalty", np.array([[2.0]], dtype=np.float32), "length_penalty = 2 is not supported with"),
     ("min_tokens", np.array([[-1]], dtype=np.int32), "min_tokens must be >= 0"),
     ("embedding_bias_weights", np.array([[1.5]], dtype=np.float32), "embedding_bias_words has 0 entries"),

@@ -44,7 +44,7 @@ DEFAULT_CONCURRENCY = 4
 class ServerBenchConfig:
     ks: tuple[int, ...] | None = None  # None: the server's default K
     temperatures: tuple[float, ...] = (0.0,)
-    concurrency: int = DEFAULT_CONCURRENCY
+    concurrency: tuple[int, ...] = (DEFAULT_CONCURRENCY,)  # besides 1
     num_prompts: int = 8
     prompt_chars: int = PROMPT_CHARS
     max_new_tokens: int = MAX_NEW_TOKENS
@@ -185,8 +185,10 @@ class _Clients:
         for client in self.clients:
             client.close()
 
-    def run_batch(self, prompts: Sequence[str], options: dict[str, Any]) -> tuple[list[RequestResult], float]:
-        """All ``prompts``, at most len(clients) in flight; (results, wall seconds)."""
+    def run_batch(
+        self, prompts: Sequence[str], options: dict[str, Any], concurrency: int
+    ) -> tuple[list[RequestResult], float]:
+        """All ``prompts``, at most ``concurrency`` in flight; (results, wall seconds)."""
         results: list[RequestResult | None] = [None] * len(prompts)
         errors: list[BaseException] = []
         next_index = iter(range(len(prompts)))
@@ -204,7 +206,9 @@ class _Clients:
                     errors.append(exc)
                     return
 
-        threads = [threading.Thread(target=worker, args=(client,), daemon=True) for client in self.clients]
+        threads = [
+            threading.Thread(target=worker, args=(client,), daemon=True) for client in self.clients[:concurrency]
+        ]
         started = time.perf_counter()
         for thread in threads:
             thread.start()
@@ -248,7 +252,10 @@ def run_server_bench(
     say = progress or (lambda message: None)
     prompts = prompt_texts(config.num_prompts, config.prompt_chars)
     ks = config.ks or (server_default_k(url),)
-    concurrencies = sorted({1, config.concurrency})
+    concurrencies = sorted({1, *config.concurrency})
+    # Concurrent runs send the prompts round-robin until the largest concurrency is filled, the
+    # same requests at every concurrency, so their tokens/s compare.
+    batch = [prompts[index % len(prompts)] for index in range(max(len(prompts), concurrencies[-1]))]
     report = ServerReport(rows=[])
     clients = _Clients(url, max(concurrencies))
     try:
@@ -257,8 +264,9 @@ def run_server_bench(
         for temperature in config.temperatures:
             for k in ks:
                 for concurrency in concurrencies:
+                    requests = prompts if concurrency == 1 else batch
                     report.rows.append(
-                        _run_config(clients, prompts, k, temperature, concurrency, config, metrics_url, pair, say)
+                        _run_config(clients, requests, k, temperature, concurrency, config, metrics_url, pair, say)
                     )
     finally:
         clients.close()
@@ -316,7 +324,7 @@ def _run_config(
                 if temperature > 0:
                     options[T.SEED.name] = config.seed + round_index
                 snapshot = read_metrics(metrics_url) if name == "spec" else None
-                results, seconds = clients.run_batch(prompts, options)
+                results, seconds = clients.run_batch(prompts, options, concurrency)
                 if snapshot is not None:
                     later = settled_metrics(metrics_url, snapshot, len(prompts))
                     alpha = _alpha(snapshot, later) if alpha is None else alpha

@@ -74,9 +74,9 @@ if TYPE_CHECKING:
 @click.option(
     "--concurrency",
     type=click.IntRange(min=1),
-    default=4,
-    show_default=True,
-    help="--url: requests in flight in the second run (the first is one at a time).",
+    multiple=True,
+    help="--url: requests in flight in the later runs (repeatable, e.g. --concurrency 8 --concurrency 32; "
+    "the first run is one at a time). Default 4.",
 )
 @click.option(
     "--metrics-url",
@@ -207,7 +207,7 @@ def _bench_server(
     config = ServerBenchConfig(
         ks=tuple(sorted(set(ks))) or None,
         temperatures=tuple(temperatures) or (0.0,),
-        concurrency=concurrency,
+        concurrency=tuple(concurrency) or ServerBenchConfig.concurrency,
         num_prompts=num_prompts or ServerBenchConfig.num_prompts,
         max_new_tokens=max_tokens or ServerBenchConfig.max_new_tokens,
     )

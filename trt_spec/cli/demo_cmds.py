@@ -90,7 +90,7 @@ def demo(spec_path, max_tokens, keep) -> None:
 
         step("serve", "Triton on free ports (the CPU server bundled in nvidia-pytriton)")
         started = time.perf_counter()
-        server = TritonServer(result.path, ready_timeout_s=300).start()
+        server = TritonServer(result.path, ready_timeout_s=300, log_file=workdir / "tritonserver.log").start()
         click.echo(
             f"  ready in {time.perf_counter() - started:.1f} s: grpc {server.grpc_url}, metrics {server.metrics_url}"
         )

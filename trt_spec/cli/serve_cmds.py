@@ -3,10 +3,12 @@ SIGTERM or Ctrl-C."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +18,14 @@ from trt_spec.cli.common import read_spec, spec_option
 from trt_spec.engines.versions import installed_versions
 from trt_spec.errors import ServerError
 from trt_spec.repository.configs import FLAVORS
-from trt_spec.serving.server import DEFAULT_PORTS, TritonServer, require_engine_server
+from trt_spec.serving.server import (
+    DEFAULT_PORTS,
+    RESTRICTABLE_APIS,
+    Supervisor,
+    TritonServer,
+    parse_client_apis,
+    require_engine_server,
+)
 from trt_spec.serving.trtllm import check_engines, engine_models
 
 if TYPE_CHECKING:
@@ -86,6 +95,22 @@ def _raise_stop(signum, frame) -> None:
     help="The model name the OpenAI endpoint serves. Default: the spec's name with --spec, else the repository "
     "folder's name.",
 )
+@click.option(
+    "--log-file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Where Triton's log (and its python models' output) goes; kept after the stop. "
+    "Default: logs/tritonserver-<repo>-<date>-<time>-<pid>.log beside the repository.",
+)
+@click.option(
+    "--allow-client-apis",
+    default="none",
+    show_default=True,
+    metavar="APIS",
+    help=f"Triton APIs open to every client, comma-separated: {', '.join(RESTRICTABLE_APIS)}, or all. "
+    "By default they answer only `serve` itself (a secret header); inference, health, metadata, "
+    "model config and statistics are always open.",
+)
 def serve(
     repo: str,
     host: str,
@@ -99,6 +124,8 @@ def serve(
     openai_port: int | None,
     openai_host: str | None,
     openai_model_name: str | None,
+    log_file: str | None,
+    allow_client_apis: str,
 ) -> None:
     """Run Triton on REPO until SIGTERM or Ctrl-C.
 
@@ -120,6 +147,13 @@ def serve(
     once Triton is ready, translating each HTTP request into one streaming gRPC request to the
     ensemble; the `ready` line then ends with `openai=http://HOST:PORT/v1`. It stops with Triton.
 
+    While serving, a supervisor watches the python models' processes: when one dies (e.g. the
+    OOM killer), it prints one `supervisor:` line naming the model, reports not ready while the
+    model is down, and brings it back (reloads it; restarts Triton for the decoupled loop model).
+    A stop takes a few seconds at most and removes this server's shared memory. Triton's log is
+    kept (--log-file). The shared-memory, model-repository, logging and trace APIs are closed to
+    clients unless --allow-client-apis opens them.
+
     \b
     Examples:
       trt-spec serve --repo model_repo
@@ -130,6 +164,10 @@ def serve(
         raise click.UsageError(
             f"--grpc-port, --http-port and --metrics-port must differ; got {grpc_port}, {http_port}, {metrics_port}"
         )
+    try:
+        client_apis = parse_client_apis(allow_client_apis)
+    except ServerError as exc:
+        raise click.BadParameter(str(exc), param_hint="--allow-client-apis") from None
     if emulate_tensorrtllm and spec_path is None:
         raise click.UsageError(
             "--emulate-tensorrtllm needs the spec the repository was written from: add --spec F "
@@ -170,6 +208,8 @@ def serve(
         if openai_port is not None:
             name = openai_model_name or (read_spec(spec_path).name if spec_path else Path(repo).resolve().name)
             openai = _OpenAIEndpoint(served, name, openai_host, openai_port)
+        log_path = Path(log_file) if log_file else default_log_file(Path(repo))
+        click.echo(f"log: {log_path.resolve()}", err=True)
         _serve(
             TritonServer(
                 served,
@@ -178,6 +218,8 @@ def serve(
                 grpc_port=grpc_port,
                 metrics_port=metrics_port,
                 ready_timeout_s=ready_timeout,
+                log_file=log_path,
+                client_apis=client_apis,
             ),
             openai,
         )
@@ -189,6 +231,21 @@ def serve(
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
     click.echo("stopped", err=True)
+
+
+def default_log_file(repo: Path) -> Path:
+    """Where Triton's log goes without --log-file: ``logs/`` beside the repository (the
+    repository's parent directory), one file per run, named after the repository, the start time
+    and this process; never removed by trt-spec."""
+    repo = repo.resolve()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return repo.parent / "logs" / f"tritonserver-{repo.name}-{stamp}-{os.getpid()}.log"
+
+
+def _say(message: str) -> None:
+    """One supervision event on stderr, flushed (an operator's log collector reads it live)."""
+    click.echo(f"supervisor: {message}", err=True)
+    sys.stderr.flush()
 
 
 def _require_openai() -> None:
@@ -221,28 +278,28 @@ class _OpenAIEndpoint:
 
 
 def _serve(server: TritonServer, openai: _OpenAIEndpoint | None = None) -> None:
-    """Start ``server`` (and the OpenAI endpoint), print the ready line, and run until a signal
-    (raises _Stop) or the server's exit."""
-    endpoint = None
+    """Start ``server`` (and the OpenAI endpoint) under a :class:`Supervisor`, print the ready
+    line, and run until a signal (raises _Stop) or the end of supervision (the server exited,
+    or its models crashed in a loop)."""
+    endpoint = supervisor = None
     try:
         server.start()
+        supervisor = Supervisor(server, on_event=_say).start()
         ready = f"ready grpc={server.grpc_url} http={server.http_url} metrics={server.metrics_url}"
         if openai is not None:
             endpoint = openai.start(server)
             ready += f" openai={endpoint.url}"
         click.echo(ready)
         sys.stdout.flush()
-        code = server.wait()
-        # Only an unexpected exit gets here: a signal raises _Stop out of wait().
-        message = f"tritonserver exited with code {code}: {server.log_errors()}"
-        if endpoint is not None:
-            endpoint.stop()
-        server.stop(keep_log=True)
-        raise ServerError(message)
+        failure = supervisor.wait()
+        # Only a failure gets here: a signal raises _Stop out of wait().
+        raise ServerError(failure or f"supervision of tritonserver ended (log: {server.log_path})")
     finally:
+        if supervisor is not None:
+            supervisor.stop(timeout_s=0)  # no recovery from now on; the server's stop ends its calls
         if endpoint is not None:  # first: its open requests are cancelled while Triton still answers
             endpoint.stop()
-        server.stop()
+        server.stop(keep_log=True)
 
 
 @click.command()

@@ -332,6 +332,7 @@ def postprocessing_config(settings: RepositorySettings) -> ModelConfig:
         T.POSTPROCESSING_INPUTS,
         T.POSTPROCESSING_OUTPUTS,
         PostprocessingParameters(tokenizer_dir=TOKENIZER_SUBDIR, loop_model=T.LOOP),
+        decoupled=True,  # a liveness probe of the loop gets no response (tensors.py)
     )
 
 
@@ -421,8 +422,8 @@ def ensemble_config(settings: RepositorySettings) -> ModelConfig:
     """preprocessing -> tensorrt_llm_bls -> postprocessing: the client's interface, TensorRT-LLM
     1.2.x's ensemble inputs and outputs plus ours (:mod:`trt_spec.runtime.tensors`). Every request
     input goes to preprocessing, which checks them all and resolves their defaults, except the
-    seeds and adaptive_draft (to the loop); text_output comes from postprocessing, every other
-    output straight from the loop."""
+    seeds and adaptive_draft (to the loop); every output comes from postprocessing: text_output,
+    and the loop's others passed through (tensors.py says why)."""
     pre = {t.name: f"_pre_{t.name}" for t in T.PREPROCESSING_OUTPUTS}
     loop_private = {t.name: f"_loop_{t.name}" for t in T.POSTPROCESSING_INPUTS}
     steps = [
@@ -436,13 +437,13 @@ def ensemble_config(settings: RepositorySettings) -> ModelConfig:
             "model_name": T.LOOP,
             "model_version": -1,
             "input_map": {**pre, **{t.name: t.name for t in T.LOOP_DIRECT_INPUTS}},
-            "output_map": {**loop_private, **{t.name: t.name for t in T.LOOP_DIRECT_OUTPUTS}},
+            "output_map": loop_private,
         },
         {
             "model_name": T.POSTPROCESSING,
             "model_version": -1,
             "input_map": loop_private,
-            "output_map": {T.TEXT_OUTPUT.name: T.TEXT_OUTPUT.name},
+            "output_map": {t.name: t.name for t in T.POSTPROCESSING_OUTPUTS},
         },
     ]
     return to_model_config(

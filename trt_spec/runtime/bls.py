@@ -507,6 +507,17 @@ def final_window(request: LoopRequest, state: LoopState, windows: ResponseWindow
     return [*request.prompt, *state.output], 0
 
 
+def probe_arrays(request_key: int) -> dict[str, np.ndarray]:
+    """A liveness probe of a non-streaming request (``tensors.py``): an empty, non-final window
+    and the request's key, and nothing that goes to the client."""
+    return {
+        T.LOOP_OUTPUT_IDS.name: np.zeros((1, 0), dtype=np.int32),
+        T.NUM_CONTEXT_TOKENS.name: _scalar(0, np.int32),
+        T.IS_FINAL.name: _scalar(False, bool),
+        T.REQUEST_KEY.name: _scalar(request_key, np.uint64),
+    }
+
+
 def response_arrays(
     state: LoopState,
     window: Sequence[int],

@@ -30,7 +30,6 @@ the engines' per-position decoding of external draft tokens does. Standard libra
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -41,6 +40,11 @@ from trt_spec.runtime.errors import GenerationParamsError
 NEUTRAL_TEMPERATURE = 1.0
 TEMPERATURE_EPSILON = 1e-6  # penaltyKernels.cu: invTemperature = 1 / (temperature + 1e-6)
 ENGINE_MIN_TOKENS = 1  # TensorRT-LLM's min length when a request sends none (defaultDecodingParams.h)
+# Ranges that keep every adjusted logit finite and meaningful in float32 (TensorRT-LLM checks only
+# repetition_penalty > 0: 1e-45 would divide logits into infinities, and the softmax into NaN).
+REPETITION_PENALTY_RANGE = (0.01, 100.0)
+MAX_ADDITIVE_PENALTY = 100.0  # |presence_penalty|, |frequency_penalty|
+MAX_BIAS_WEIGHT = 1e4  # |embedding_bias_weights|
 MASKED = float("-inf")
 
 
@@ -64,8 +68,8 @@ class Penalties:
     ``embedding_bias``: ``(token, weight)`` pairs (a token may repeat: weights add up).
 
     Raises:
-        GenerationParamsError: repetition_penalty <= 0 or not finite, a non-finite presence or
-            frequency penalty or bias weight, min_tokens < 0, or an empty bad word.
+        GenerationParamsError: a penalty or bias weight outside its range (the constants above),
+            min_tokens < 0, or an empty bad word.
     """
 
     repetition_penalty: float = 1.0
@@ -76,24 +80,26 @@ class Penalties:
     embedding_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
-        if not 0 < self.repetition_penalty < math.inf:
+        low, high = REPETITION_PENALTY_RANGE
+        if not low <= self.repetition_penalty <= high:  # false for NaN too
             raise GenerationParamsError(
-                f"repetition_penalty must be a finite number > 0 (1 = none); got {self.repetition_penalty}"
+                f"repetition_penalty must be between {low:g} and {high:g} (1 = none); got {self.repetition_penalty}"
             )
-        if not math.isfinite(self.presence_penalty):
-            raise GenerationParamsError(
-                f"presence_penalty must be a finite number (0 = none); got {self.presence_penalty}"
-            )
-        if not math.isfinite(self.frequency_penalty):
-            raise GenerationParamsError(
-                f"frequency_penalty must be a finite number (0 = none); got {self.frequency_penalty}"
-            )
+        for name, value in (("presence", self.presence_penalty), ("frequency", self.frequency_penalty)):
+            if not abs(value) <= MAX_ADDITIVE_PENALTY:
+                raise GenerationParamsError(
+                    f"{name}_penalty must be between -{MAX_ADDITIVE_PENALTY:g} and {MAX_ADDITIVE_PENALTY:g} "
+                    f"(0 = none); got {value}"
+                )
         if self.min_tokens < 0:
             raise GenerationParamsError(f"min_tokens must be >= 0; got {self.min_tokens}")
         if any(len(word) == 0 for word in self.bad_words):
             raise GenerationParamsError("a bad word is empty")
-        if any(not math.isfinite(weight) for _, weight in self.embedding_bias):
-            raise GenerationParamsError("embedding_bias_weights must be finite numbers")
+        if any(not abs(weight) <= MAX_BIAS_WEIGHT for _, weight in self.embedding_bias):
+            raise GenerationParamsError(
+                f"embedding_bias_weights must be between -{MAX_BIAS_WEIGHT:g} and {MAX_BIAS_WEIGHT:g}, "
+                "each token's summed weights too"
+            )
 
     @property
     def counts_occurrences(self) -> bool:

@@ -451,7 +451,18 @@ PREPROCESSING_OUTPUTS = tuple(
 # see its client leave. Each loop response therefore carries the request's ``request_key``;
 # postprocessing, finding its request cancelled, sends that key back to the loop model in a
 # request holding only ``cancel_request_key`` (all loop inputs are optional for this reason),
-# and the loop stops before its next engine call.
+# and the loop stops before its next engine call. A non-streaming request has no response to
+# carry the key until it ends, so while it runs the loop sends *probes* (``is_probe``: an empty
+# ``output_ids`` window that is not final) every ``PROBE_INTERVAL_S``; postprocessing answers a
+# probe with the final flag only (no client sees it) and relays a cancellation like any response.
+
+PROBE_INTERVAL_S = 0.25
+
+
+def is_probe(output_ids, is_final) -> bool:
+    """A loop response that is a liveness probe: no tokens, not final (arrays with a batch row)."""
+    return output_ids.shape[-1] == 0 and not bool(is_final.reshape(-1)[0])
+
 
 REQUEST_KEY = _scalar("request_key", "UINT64", "the loop's key of the request, to relay a cancellation")
 CANCEL_REQUEST_KEY = _scalar("cancel_request_key", "UINT64", "cancel the running request with this key", optional=True)
@@ -463,5 +474,14 @@ LOOP_OUTPUTS = (LOOP_OUTPUT_IDS, NUM_CONTEXT_TOKENS, IS_FINAL, REQUEST_KEY, *LOO
 
 # --- postprocessing ---------------------------------------------------------------------------
 
-POSTPROCESSING_INPUTS = (LOOP_OUTPUT_IDS, NUM_CONTEXT_TOKENS, IS_FINAL, REQUEST_KEY.as_optional())
-POSTPROCESSING_OUTPUTS = (TEXT_OUTPUT,)
+# Every ensemble output comes from postprocessing: text_output, and the loop's other outputs
+# passed through as they came (a response carries those it has). Postprocessing is decoupled so
+# that a probe gets no response, and an ensemble may not take its outputs from two decoupled models.
+POSTPROCESSING_INPUTS = (
+    LOOP_OUTPUT_IDS,
+    NUM_CONTEXT_TOKENS,
+    IS_FINAL,
+    REQUEST_KEY.as_optional(),
+    *(tensor.as_optional() for tensor in LOOP_DIRECT_OUTPUTS),
+)
+POSTPROCESSING_OUTPUTS = (TEXT_OUTPUT, *LOOP_DIRECT_OUTPUTS)

@@ -60,6 +60,7 @@ import numpy as np
 import torch
 
 from trt_spec.runtime import tensors as T
+from trt_spec.runtime.errors import GenerationParamsError
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 from trt_spec.runtime.penalties import (
     ENGINE_DEFAULT_PENALTIES,
@@ -574,6 +575,15 @@ def _as_ctype(array: np.ndarray, name: str, ctype: type) -> np.ndarray:
     )
 
 
+def _penalties(**values: Any) -> Penalties:
+    """The penalty layer's parameters; values TensorRT-LLM takes but trt-spec refuses as unsafe
+    (``penalties.py``' ranges) are not emulated."""
+    try:
+        return Penalties(**values)
+    except GenerationParamsError as exc:
+        raise _not_emulated(f"{exc} (outside trt-spec's ranges)") from None
+
+
 def _bool_input(inputs: Mapping[str, np.ndarray], name: str) -> bool:
     """``getRequestBooleanInputTensor``: the first element, false when absent."""
     array = inputs.get(name)
@@ -750,7 +760,7 @@ class BackendRequest:
             draft_logits=draft_logits,
             draft_acceptance_threshold=threshold,
             embedding_bias_size=bias_size,
-            penalties=Penalties(
+            penalties=_penalties(
                 repetition_penalty=1.0 if repetition is None else float(repetition),
                 presence_penalty=0.0 if presence is None else float(presence),
                 frequency_penalty=0.0 if frequency is None else float(frequency),

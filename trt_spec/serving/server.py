@@ -10,11 +10,31 @@ stub finds its Python through ``python3``).
 A repository with TensorRT-LLM engine models needs ``tritonserver`` from PATH (the bundled CPU
 server has no ``tensorrtllm`` backend) and runs in the backend's orchestrator mode under
 ``mpirun`` (:mod:`trt_spec.serving.trtllm` says why and where the facts come from).
+
+How the server is run, and why (docs/design.md, "Supervision"; all measured on the bundled
+Triton 2.51):
+
+- **Explicit model control** (``--model-control-mode=explicit --load-model=*``): every model
+  loads at start as before, and :class:`Supervisor` can unload and load one model again when
+  its python-backend stub process dies, which Triton itself never does.
+- **Restricted APIs**: the shared-memory, model-repository, logging and trace APIs answer only
+  requests that carry a header whose value is a secret of this server
+  (``--http-restricted-api`` / ``--grpc-restricted-protocol``); ``client_apis`` opens them.
+- **Our own shared-memory prefix** (python backend ``shm-region-prefix-name``): every region
+  this server's stubs use is named ``triton_python_backend_shm_region_trt_spec_<id>_...``, so a
+  stop removes exactly this server's regions, never another server's.
+- **A bounded stop**: SIGTERM to the server, which waits ``exit_timeout_s`` for in-flight
+  requests (``--exit-timeout-secs``; Triton's default is 30 s), then SIGKILL to the whole
+  process group.
+- **The log** (the server's and its stubs' stdout and stderr) goes to ``log_file`` when given,
+  kept after the stop; otherwise to a temporary file removed with the server.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -22,26 +42,47 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from trt_spec.errors import ServerError
 from trt_spec.serving.trtllm import EngineModel, engine_models, orchestrator_command
 
 SHM_GLOB = "triton_python_backend_shm_region_*"
+SHM_PREFIX = SHM_GLOB[:-1]  # the python backend's default shm-region-prefix-name
+STUB_EXECUTABLE = "triton_python_backend_stub"
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
+# The APIs a client gets only with the admin header unless the operator opens them (the names
+# are Triton's, from `tritonserver --help`: --http-restricted-api / --grpc-restricted-protocol).
+RESTRICTABLE_APIS = ("shared-memory", "model-repository", "logging", "trace")
+ADMIN_HEADER = "trt-spec-admin-key"  # over gRPC Triton expects it as triton-grpc-protocol-<key>
+EXIT_TIMEOUT_S = 2  # --exit-timeout-secs: how long a stopping server waits for in-flight requests
+KILL_GRACE_S = 3.0  # after that, how long we wait for it to exit before SIGKILL
+RESTART_KILL_S = 1.0  # a restart does not drain: the requests in flight fail anyway
 
 
 @dataclass(frozen=True)
 class ServerCommand:
     argv: list[str]
     env: dict[str, str]
-    workdir: Path  # our backend directory and log live here; removed on stop
+    workdir: Path  # our backend directory (and the log unless one is given) live here; removed on stop
     bundled: bool
     orchestrator: bool = False  # TensorRT-LLM engine models: under mpirun, in orchestrator mode
+
+
+@dataclass(frozen=True)
+class Stub:
+    """One python-backend stub process: the process a python model instance runs in."""
+
+    pid: int
+    model: str  # the model's directory name, which is its name in Triton
+    instance: str  # Triton's instance name, e.g. tensorrt_llm_0_0
+    region: str  # its shared-memory region (/dev/shm/<region>)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -61,7 +102,7 @@ def _bundled_server(workdir: Path) -> tuple[Path, Path, dict[str, str]]:
         ) from None
     root = Path(pytriton.__file__).parent / "tritonserver"
     python_version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = root / "python_backend_stubs" / python_version / "triton_python_backend_stub"
+    stub = root / "python_backend_stubs" / python_version / STUB_EXECUTABLE
     if not stub.is_file():
         raise ServerError(f"nvidia-pytriton ships no python backend stub for Python {python_version}")
     backend = workdir / "backends" / "python"
@@ -102,9 +143,59 @@ def require_engine_server(repo: Path, engines: list[EngineModel]) -> None:
         )
 
 
+def parse_client_apis(text: str) -> tuple[str, ...]:
+    """``--allow-client-apis`` as a tuple of API names: a comma-separated subset of
+    :data:`RESTRICTABLE_APIS`, ``all`` or ``none``.
+
+    Raises:
+        ServerError: an unknown name, naming it and the valid ones.
+    """
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if names in (["none"], []):
+        return ()
+    if names == ["all"]:
+        return RESTRICTABLE_APIS
+    unknown = [name for name in names if name not in RESTRICTABLE_APIS]
+    if unknown:
+        raise ServerError(
+            f"unknown client API {unknown[0]!r} in {text!r}: choose from {', '.join(RESTRICTABLE_APIS)} "
+            "(comma-separated), or all, or none"
+        )
+    return tuple(dict.fromkeys(names))
+
+
+def restriction_args(restricted: Iterable[str], admin_key: str) -> list[str]:
+    """Triton's options that make ``restricted`` APIs answer only requests with the admin header.
+
+    Format ``<api>,<api>:<key>=<value>`` (``tritonserver --help``; Triton's docs,
+    triton-inference-server/server docs/customization_guide/inference_protocols.md, "Limit
+    Endpoint Access"). Refused requests get HTTP 403 / gRPC UNAVAILABLE, "This API is restricted".
+    """
+    apis = ",".join(restricted)
+    if not apis:
+        return []
+    setting = f"{apis}:{ADMIN_HEADER}={admin_key}"
+    return [f"--http-restricted-api={setting}", f"--grpc-restricted-protocol={setting}"]
+
+
 def server_command(
-    repo: Path, *, host: str, http_port: int, grpc_port: int, metrics_port: int, extra_args: tuple[str, ...] = ()
+    repo: Path,
+    *,
+    host: str,
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    extra_args: tuple[str, ...] = (),
+    admin_key: str | None = None,
+    restricted_apis: Iterable[str] = RESTRICTABLE_APIS,
+    shm_prefix: str | None = None,
+    exit_timeout_s: int = EXIT_TIMEOUT_S,
 ) -> ServerCommand:
+    """The command line and environment of a server on ``repo``.
+
+    ``admin_key`` None: no API is restricted; ``shm_prefix`` None: the python backend's default
+    prefix (then a stop cannot tell this server's shared memory from another's).
+    """
     engines = engine_models(repo)
     require_engine_server(repo, engines)
     workdir = Path(tempfile.mkdtemp(prefix="trt-spec-triton-"))
@@ -127,9 +218,17 @@ def server_command(
         "--exit-on-error=true",
         "--strict-readiness=true",
         "--log-verbose=0",
+        # Every model at start, as in the default mode, and reloadable one by one (Supervisor).
+        "--model-control-mode=explicit",
+        "--load-model=*",
+        f"--exit-timeout-secs={exit_timeout_s}",
     ]
     if backends is not None:
         argv.append(f"--backend-directory={backends}")
+    if shm_prefix is not None:
+        argv.append(f"--backend-config=python,shm-region-prefix-name={shm_prefix}")
+    if admin_key is not None:
+        argv += restriction_args(restricted_apis, admin_key)
     if engines:
         argv, env = orchestrator_command(shutil.which("mpirun"), argv, engines, env)
     argv += list(extra_args)
@@ -139,9 +238,16 @@ def server_command(
 class TritonServer:
     """A running tritonserver; a context manager that always stops it and cleans up.
 
+    ``log_file``: where the server's output goes, kept after the stop (``serve`` always gives
+    one); None: a temporary file, removed at stop unless the start failed.
+    ``client_apis``: the :data:`RESTRICTABLE_APIS` open to every client; the others need the
+    admin header (:attr:`admin_headers`), which only this object knows.
+    ``exit_timeout_s``: how long a stop lets in-flight requests finish before the server exits;
+    :meth:`stop` kills what is left :data:`KILL_GRACE_S` later.
+
     Raises (from :meth:`start`):
         ServerError: the server exited or was not ready within ``ready_timeout_s``; the message
-            carries the server log's error lines.
+            carries the server log's error lines and the log's path.
     """
 
     def __init__(
@@ -154,6 +260,9 @@ class TritonServer:
         metrics_port: int | None = None,
         ready_timeout_s: float = 120.0,
         extra_args: tuple[str, ...] = (),
+        log_file: str | Path | None = None,
+        client_apis: Iterable[str] = (),
+        exit_timeout_s: int = EXIT_TIMEOUT_S,
     ):
         self.repo = Path(repo)
         self.host = host
@@ -162,9 +271,20 @@ class TritonServer:
         self.metrics_port = metrics_port or free_port(host)
         self.ready_timeout_s = ready_timeout_s
         self.extra_args = extra_args
+        self.log_file = Path(log_file).resolve() if log_file is not None else None
+        self.client_apis = tuple(client_apis)
+        unknown = [api for api in self.client_apis if api not in RESTRICTABLE_APIS]
+        if unknown:
+            raise ServerError(f"unknown client API {unknown[0]!r}: choose from {', '.join(RESTRICTABLE_APIS)}")
+        self.restricted_apis = tuple(api for api in RESTRICTABLE_APIS if api not in self.client_apis)
+        self.exit_timeout_s = exit_timeout_s
+        self.admin_key = secrets.token_hex(16)
+        self.shm_prefix = f"{SHM_PREFIX}trt_spec_{secrets.token_hex(4)}_"
         self.process: subprocess.Popen | None = None
         self.command: ServerCommand | None = None
-        self._shm_owned: set[str] = set()
+        self._lock = threading.Lock()  # one thread at a time starts or ends the server process
+        self._stopping = threading.Event()
+        self._decoupled: dict[str, bool] = {}
 
     @property
     def grpc_url(self) -> str:
@@ -180,12 +300,33 @@ class TritonServer:
 
     @property
     def log_path(self) -> Path:
+        if self.log_file is not None:
+            return self.log_file
         assert self.command is not None
         return self.command.workdir / "tritonserver.log"
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """The header the restricted APIs want (HTTP; gRPC: ``triton-grpc-protocol-`` + key)."""
+        return {ADMIN_HEADER: self.admin_key} if self.restricted_apis else {}
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    # --- start, restart, stop ------------------------------------------------------------------
 
     def start(self) -> TritonServer:
         if not (self.repo / "ensemble").is_dir() and not any(self.repo.glob("*/config.pbtxt")):
             raise ServerError(f"{self.repo} holds no Triton models; `trt-spec repo --spec F -o {self.repo}` writes one")
+        if self.log_file is not None:
+            try:
+                self.log_file.parent.mkdir(parents=True, exist_ok=True)
+                self.log_file.touch()
+            except OSError as exc:
+                raise ServerError(
+                    f"cannot write the server log {self.log_file}: {exc.strerror}; choose another path with --log-file"
+                ) from None
         self.command = server_command(
             self.repo,
             host=self.host,
@@ -193,28 +334,112 @@ class TritonServer:
             grpc_port=self.grpc_port,
             metrics_port=self.metrics_port,
             extra_args=self.extra_args,
+            admin_key=self.admin_key,
+            restricted_apis=self.restricted_apis,
+            shm_prefix=self.shm_prefix,
+            exit_timeout_s=self.exit_timeout_s,
         )
-        log = open(self.log_path, "w")
-        self.process = subprocess.Popen(
-            self.command.argv,
-            env=self.command.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
         try:
+            with self._lock:
+                self._launch()
             self._wait_ready()
         except BaseException:
             self.stop(keep_log=True)
             raise
         return self
 
+    def restart(self, reason: str) -> float:
+        """Stop the server process and start it again on the same ports and log; returns the
+        seconds until it was ready again. Used when a model cannot be reloaded alone.
+
+        Raises:
+            ServerError: it did not come back (the message carries the log's errors), or
+                :meth:`stop` was called meanwhile.
+        """
+        started = time.monotonic()
+        with self._lock:
+            if self.stopping:
+                raise ServerError("the server is stopping; not restarted")
+            self._terminate(RESTART_KILL_S)
+            self._remove_shared_memory()
+            if self.stopping:  # stop() was called while the old process ended: start nothing
+                raise ServerError("the server is stopping; not restarted")
+            with open(self.log_path, "a") as log:
+                log.write(f"\n=== trt-spec: restarting tritonserver: {reason} ===\n\n")
+            self._launch()
+        self._wait_ready()
+        return time.monotonic() - started
+
+    def stop(self, timeout_s: float | None = None, *, keep_log: bool = False) -> None:
+        """SIGTERM, then SIGKILL to the process group ``timeout_s`` later (default:
+        ``exit_timeout_s`` + :data:`KILL_GRACE_S`); removes the shared memory of this server's
+        stubs and its working directory. A temporary log is kept when ``keep_log`` (a failed
+        start keeps the log its error names); a ``log_file`` is always kept."""
+        self._stopping.set()
+        with self._lock:
+            self._terminate(timeout_s)
+            self._remove_shared_memory()
+        if self.command is not None:
+            if keep_log and self.log_file is None:
+                shutil.rmtree(self.command.workdir / "backends", ignore_errors=True)
+            else:
+                shutil.rmtree(self.command.workdir, ignore_errors=True)
+
+    def wait(self) -> int:
+        """Block until the server exits; returns its exit code."""
+        return self.process.wait()
+
+    def _launch(self) -> None:
+        """Start the server process (the caller holds ``_lock``); its output appends to the log."""
+        with open(self.log_path, "a") as log:
+            self.process = subprocess.Popen(
+                self.command.argv,
+                env=self.command.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: stubs and mpirun's children die with it
+            )
+
+    def _terminate(self, timeout_s: float | None = None) -> None:
+        """End the server process and everything in its process group (the caller holds ``_lock``).
+
+        SIGTERM to the leader only (tritonserver, or mpirun which forwards it): Triton then stops
+        accepting, waits up to --exit-timeout-secs for in-flight requests and unloads its models.
+        What is still alive after ``timeout_s`` (a server stuck on a dead stub) is SIGKILLed with
+        its whole group, as are stubs that outlive their server.
+        """
+        process = self.process
+        if process is None:
+            return
+        if timeout_s is None:
+            timeout_s = self.exit_timeout_s + KILL_GRACE_S
+        if process.poll() is None:
+            try:
+                os.kill(process.pid, signal.SIGTERM)
+                process.wait(timeout=timeout_s)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # the whole group is gone already
+        process.wait()
+        _wait_group_gone(process.pid, timeout_s=2.0)
+
+    def _remove_shared_memory(self) -> None:
+        """Remove the /dev/shm regions of this server's stubs: named with this server's own
+        prefix, so other servers' regions are left alone. Triton leaves some behind: a killed
+        stub's region, and every region when the server itself is killed."""
+        for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
+            region.unlink(missing_ok=True)
+
     def _wait_ready(self) -> None:
         url = f"http://{self.http_url}/v2/health/ready"
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
+            if self.stopping:
+                raise ServerError("the server was stopped while it was loading")
             if self.process.poll() is not None:
                 raise ServerError(
                     f"tritonserver exited with code {self.process.returncode} while loading: {self.log_errors()}"
@@ -238,27 +463,63 @@ class TritonServer:
         chosen = (errors or lines)[-limit:]
         return " | ".join(line.strip() for line in chosen) + f" (log: {self.log_path})"
 
-    def wait(self) -> int:
-        """Block until the server exits; returns its exit code."""
-        return self.process.wait()
+    # --- what supervision needs --------------------------------------------------------------
 
-    def stop(self, timeout_s: float = 30.0, *, keep_log: bool = False) -> None:
-        """SIGTERM, then SIGKILL after ``timeout_s``; removes the shared memory its python
-        models leave behind and its working directory (unless ``keep_log``: a failed start keeps
-        the log it names)."""
-        if self.process is not None and self.process.poll() is None:
-            self._shm_owned |= _stub_shm_regions(self.process.pid)
-            os.killpg(self.process.pid, signal.SIGTERM)
+    def stubs(self) -> dict[int, Stub]:
+        """The python-backend stub processes of this server that serve a model instance, by pid."""
+        if self.process is None:
+            return {}
+        return python_stubs(self.process.pid)
+
+    def repository_index(self) -> dict[str, str]:
+        """Each model's state as Triton's model-repository API reports it (READY, UNAVAILABLE, ...)."""
+        body = self._post("/v2/repository/index", timeout_s=10)
+        return {entry["name"]: entry.get("state", "") for entry in json.loads(body or b"[]")}
+
+    def unload_model(self, name: str) -> None:
+        """Unload ``name``: from now on its requests are refused at once and readiness says
+        not ready. Triton unloads in the background once its in-flight requests are done."""
+        self._post(f"/v2/repository/models/{name}/unload", timeout_s=30)
+
+    def load_model(self, name: str) -> None:
+        """(Re)load ``name`` from the repository and wait until it is loaded: new stub processes."""
+        self._post(f"/v2/repository/models/{name}/load", timeout_s=self.ready_timeout_s)
+
+    def is_decoupled(self, name: str) -> bool:
+        """Whether the model's config says ``model_transaction_policy { decoupled: true }``."""
+        if name not in self._decoupled:
+            from google.protobuf import text_format
+            from tritonclient.grpc import model_config_pb2
+
+            path = self.repo / name / "config.pbtxt"
             try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        # Only regions of this server's own stubs: other servers on the machine keep theirs.
-        for region in self._shm_owned:
-            Path("/dev/shm", region).unlink(missing_ok=True)
-        if self.command is not None and not keep_log:
-            shutil.rmtree(self.command.workdir, ignore_errors=True)
+                config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+            except (OSError, text_format.ParseError):
+                return False
+            self._decoupled[name] = config.model_transaction_policy.decoupled
+        return self._decoupled[name]
+
+    def _post(self, path: str, *, timeout_s: float) -> bytes:
+        """POST to Triton's HTTP API with the admin header.
+
+        Raises:
+            ServerError: Triton's own error message, or why it could not be reached.
+        """
+        request = urllib.request.Request(
+            f"http://{self.http_url}{path}", data=b"", method="POST", headers=self.admin_headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                return response.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")
+            try:
+                detail = json.loads(detail).get("error", detail)
+            except (ValueError, AttributeError):
+                pass
+            raise ServerError(f"POST {path}: HTTP {exc.code}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise ServerError(f"POST {path}: the server at {self.http_url} did not answer: {exc}") from None
 
     def __enter__(self) -> TritonServer:
         return self.start()
@@ -267,24 +528,236 @@ class TritonServer:
         self.stop()
 
 
-def _stub_shm_regions(server_pid: int) -> set[str]:
-    """The shared-memory regions of a server's python-backend stubs, read from their command
-    lines, where each names its region. The stubs are the server's children, or its
-    grandchildren when ``mpirun`` started the server."""
-    parents = {}
+def _wait_group_gone(pgid: int, *, timeout_s: float) -> None:
+    """Wait until no live process (zombies aside) is left in process group ``pgid``: a SIGKILLed
+    stub takes a moment to exit, and a stop should leave none behind when it returns."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        members = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if int(fields[2]) == pgid and fields[0] not in "ZX":
+                    members.append(entry.name)
+        if not members:
+            return
+        time.sleep(0.02)
+
+
+def _process_table() -> dict[int, tuple[int, str]]:
+    """Every process's parent pid and state letter, from /proc/<pid>/stat."""
+    table = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                table[int(entry.name)] = (int(fields[1]), fields[0])
             except (OSError, ValueError, IndexError):
                 continue
-    children = {pid for pid, parent in parents.items() if parent == server_pid}
-    descendants = children | {pid for pid, parent in parents.items() if parent in children}
-    regions = set()
-    for pid in descendants:
+    return table
+
+
+def python_stubs(server_pid: int) -> dict[int, Stub]:
+    """The live python-backend stubs among the descendants of ``server_pid`` (its children, or
+    its grandchildren when ``mpirun`` started the server), by pid.
+
+    A stub's command line names its model file, region and instance (python backend,
+    triton-inference-server/python_backend src/stub_launcher.cc, ``StubLauncher::Launch``:
+    ``<stub> <repo>/<model>/<version>/model.py <shm region> <default size> <growth size>
+    <parent pid> <backend dir> <ipc handle> <instance name> ...``). Stubs that only auto-complete
+    a config at load time are named after the model, not an instance, and are left out; so are
+    zombies.
+    """
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _state) in table.items():
+        children.setdefault(parent, []).append(pid)
+    stubs, pending = {}, list(children.get(server_pid, []))
+    while pending:
+        pid = pending.pop()
+        pending += children.get(pid, [])
+        if table[pid][1] in "ZX":
+            continue
         try:
-            arguments = Path("/proc", str(pid), "cmdline").read_bytes().split(b"\0")
+            argv = [arg.decode(errors="replace") for arg in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
         except OSError:
             continue
-        regions |= {arg.decode() for arg in arguments if arg.startswith(SHM_GLOB[:-1].encode())}
-    return regions
+        if len(argv) < 9 or Path(argv[0]).name != STUB_EXECUTABLE:
+            continue
+        model = Path(argv[1]).parent.parent.name
+        if argv[8] != model:
+            stubs[pid] = Stub(pid=pid, model=model, instance=argv[8], region=argv[2])
+    return stubs
+
+
+_RELOAD_NOTE = "reloading the model; its requests fail until it is back"
+_RESTART_NOTE = "restarting the server (Triton would leave a decoupled model's open requests waiting forever)"
+
+
+@dataclass
+class Recovery:
+    """One model brought back by :class:`Supervisor`."""
+
+    model: str
+    action: str  # "reload" or "restart"
+    detected_at: float  # time.monotonic() when its dead process was found
+    seconds: float  # from then until the reload or restart was done (the model ready again)
+
+
+@dataclass
+class Supervisor:
+    """Watches a running :class:`TritonServer`'s python-backend stub processes and brings back a
+    model whose process died (killed by the OOM killer, crashed), which Triton never does: its
+    python backend leaves the instance failing every request with "Stub process ... is not
+    healthy" while its health endpoints say ready (docs/design.md, "Supervision").
+
+    Every ``interval_s`` it lists the stubs; when one it saw is gone and Triton still reports
+    the model READY (a client that unloaded the model on purpose is left alone):
+
+    - a model that is not decoupled is unloaded at once (its requests are refused, readiness
+      says not ready) and loaded again: new stub processes. In-flight requests get Triton's
+      "Stub process '<instance>' is not healthy".
+    - a decoupled model (the loop ``tensorrt_llm_bls``): Triton would leave its in-flight
+      requests waiting forever (measured), so the whole server is restarted on the same ports;
+      open connections are closed, which their clients see as an error.
+
+    A model that cannot be reloaded gets a restart too. A death after ``max_recoveries``
+    recoveries within ``window_s`` seconds is a crash loop: supervision gives up and
+    :meth:`wait` returns why.
+    ``on_event`` receives one line per event (``serve`` prints them).
+    """
+
+    server: TritonServer
+    on_event: Callable[[str], None] = lambda message: None
+    interval_s: float = 0.5
+    max_recoveries: int = 5
+    window_s: float = 600.0
+    recoveries: list[Recovery] = field(default_factory=list, init=False)
+    failure: str | None = field(default=None, init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _done: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
+
+    def start(self) -> Supervisor:
+        self._thread = threading.Thread(target=self._run, name="trt-spec-supervisor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    def wait(self) -> str | None:
+        """Block until supervision ends; returns why (the server exited, or it gave up), or
+        None when :meth:`stop` ended it. Signals still interrupt the wait."""
+        while not self._done.wait(0.5):
+            pass
+        return self.failure
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and not self._done.is_set()
+
+    def _run(self) -> None:
+        try:
+            known = self.server.stubs()
+            while not self._stop.wait(self.interval_s):
+                if self._server_exited():
+                    return
+                current = self.server.stubs()
+                dead = {pid: stub for pid, stub in known.items() if pid not in current}
+                known.update(current)
+                if dead and not (self._stop.is_set() or self.server.stopping):  # a stop ends stubs too
+                    known = self._recover(dead, known)
+        except ServerError as exc:
+            if not (self._stop.is_set() or self.server.stopping):
+                time.sleep(0.2)  # a server that died meanwhile: report its exit rather than the symptom
+                if not self._server_exited():
+                    self.failure = str(exc)
+        finally:
+            self._done.set()
+
+    def _server_exited(self) -> bool:
+        """Whether the server process ended by itself (not by a stop); sets :attr:`failure`."""
+        process = self.server.process
+        if process is None or process.poll() is None or self._stop.is_set() or self.server.stopping:
+            return False
+        self.failure = f"tritonserver exited with code {process.returncode}: {self.server.log_errors()}"
+        return True
+
+    def _recover(self, dead: dict[int, Stub], known: dict[int, Stub]) -> dict[int, Stub]:
+        """Bring back the models of the ``dead`` stubs; returns the stubs to watch from now on.
+
+        Raises:
+            ServerError: a crash loop, or the server did not come back.
+        """
+        detected = time.monotonic()
+        models = self._models_to_recover(dead)
+        known = {pid: stub for pid, stub in known.items() if pid not in dead}
+        if not models:
+            return known
+        self._check_crash_loop(detected, list(models))
+        restart = any(self.server.is_decoupled(name) for name in models)
+        for name, stub in models.items():
+            what = _RESTART_NOTE if restart else _RELOAD_NOTE
+            self.on_event(f"model {name}: its process {stub.instance} (pid {stub.pid}) is gone; {what}")
+        if not restart:
+            restart = bool(self._reload(list(models)))
+        if restart:
+            self.server.restart(f"the process of model {', '.join(models)} died")
+            known = self.server.stubs()
+        else:
+            known = {pid: stub for pid, stub in known.items() if stub.model not in models} | self.server.stubs()
+        seconds = time.monotonic() - detected
+        action = "restart" if restart else "reload"
+        for name in models:
+            self.recoveries.append(Recovery(name, action, detected, seconds))
+            self.on_event(f"model {name}: back after {seconds:.1f} s ({action})")
+        return known
+
+    def _models_to_recover(self, dead: dict[int, Stub]) -> dict[str, Stub]:
+        """The models of the ``dead`` stubs that Triton still reports READY (one stub each);
+        a model a client unloaded on purpose (its stubs end too) is reported and left alone."""
+        states = self.server.repository_index()
+        models: dict[str, Stub] = {}
+        for stub in dead.values():
+            state = states.get(stub.model, "unknown")
+            if state == "READY":
+                models.setdefault(stub.model, stub)
+            else:
+                self.on_event(
+                    f"model {stub.model}: its process (pid {stub.pid}) ended while the model is "
+                    f"{state.lower()}; not reloaded (it was unloaded on purpose)"
+                )
+        return models
+
+    def _reload(self, models: list[str]) -> list[str]:
+        """Unload then load each model; returns those that failed (the server restarts then)."""
+        failed = []
+        for name in models:
+            try:
+                self.server.unload_model(name)
+            except ServerError as exc:
+                self.on_event(f"model {name}: unload failed ({exc}); loading it anyway")
+        for name in models:
+            try:
+                self.server.load_model(name)
+            except ServerError as exc:
+                if self._stop.is_set() or self.server.stopping:
+                    raise
+                self.on_event(f"model {name}: reload failed ({exc}); restarting the server")
+                failed.append(name)
+        return failed
+
+    def _check_crash_loop(self, now: float, models: list[str]) -> None:
+        """Raises ServerError when the recoveries in the last ``window_s`` reach ``max_recoveries``."""
+        recent = [r for r in self.recoveries if now - r.detected_at < self.window_s]
+        if len(recent) >= self.max_recoveries:
+            raise ServerError(
+                f"model {', '.join(models)}: a model process died {len(recent) + 1} times within "
+                f"{self.window_s:.0f} s; not recovering again (a crash loop: see the server log {self.server.log_path})"
+            )

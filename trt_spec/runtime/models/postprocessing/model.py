@@ -1,11 +1,17 @@
 """Triton python model ``postprocessing``: token ids -> text, streaming-safe and stateless.
 
-Each loop response reaches this model as its own request; ``text_output`` is a 1-D ``[1]`` string
-tensor per response, as TensorRT-LLM's own postprocessing returns it. The protocol that makes the streamed
+Each loop response reaches this model as its own request; the loop's other outputs (statistics,
+log probs, ...) pass through unchanged; ``text_output`` is a 1-D ``[1]`` string tensor per response, as TensorRT-LLM's own postprocessing returns it. The protocol that makes the streamed
 deltas concatenate to decoding everything at once (multi-byte characters included) is written
 down in ``trt_spec/runtime/tensors.py``: the loop resends a window of already-covered tokens
 (``num_context_tokens`` of them) before the new ones, and the last, possibly incomplete,
 character is held back until a later response (or ``is_final``) settles it.
+
+Decoupled, so that a request may end with no response at all: the loop's liveness probes (an
+empty window that is not final, sent while a non-streaming request runs) are answered with the
+final flag only, and reach no client, but a probe that arrives cancelled relays the cancellation
+to the loop as any response does: Triton marks the ensemble's later step requests cancelled,
+never the loop step already running (``tensors.py``).
 
 Runs inside Triton's python-backend stub: imports numpy, the tokenizer library and
 ``trt_spec.runtime`` (the copy the repository writer puts beside this file, else the installed
@@ -28,6 +34,8 @@ from trt_spec.runtime.parameters import PostprocessingParameters  # noqa: E402
 from trt_spec.runtime.text import text_delta  # noqa: E402
 
 RELAYED_KEYS_KEPT = 1024  # cancellations already relayed, remembered so each is sent once
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+PASSED_THROUGH = tuple(tensor.name for tensor in T.LOOP_DIRECT_OUTPUTS)
 
 
 class TritonPythonModel:
@@ -42,8 +50,8 @@ class TritonPythonModel:
         self.relayed = collections.OrderedDict()  # request keys whose cancellation went to the loop
 
     def execute(self, requests):
-        responses = []
         for request in requests:
+            sender = request.get_response_sender()
             if request.is_cancelled():
                 # Answered as usual afterwards: an error here leaves Triton 2.51's cancelled
                 # ensemble request in flight for good.
@@ -52,6 +60,9 @@ class TritonPythonModel:
                 ids = pb_utils.get_input_tensor_by_name(request, T.LOOP_OUTPUT_IDS.name).as_numpy()
                 context = pb_utils.get_input_tensor_by_name(request, T.NUM_CONTEXT_TOKENS.name).as_numpy()
                 final = pb_utils.get_input_tensor_by_name(request, T.IS_FINAL.name).as_numpy()
+                if T.is_probe(ids, final):
+                    sender.send(flags=FINAL)  # no response: nothing reaches the client
+                    continue
                 texts = [
                     text_delta(
                         self.tokenizer,
@@ -64,13 +75,17 @@ class TritonPythonModel:
                 # 1-D, one string per row, as TensorRT-LLM's postprocessing returns it: its clients
                 # read a response's text as ``as_numpy("text_output")[0]``.
                 output = np.array([text.encode("utf-8") for text in texts], dtype=object)
-                responses.append(
-                    pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(T.TEXT_OUTPUT.name, output)])
-                )
+                tensors = [pb_utils.Tensor(T.TEXT_OUTPUT.name, output)]
+                for name in PASSED_THROUGH:  # the loop's other outputs, as they came
+                    tensor = pb_utils.get_input_tensor_by_name(request, name)
+                    if tensor is not None:
+                        tensors.append(pb_utils.Tensor(name, tensor.as_numpy()))
+                response = pb_utils.InferenceResponse(output_tensors=tensors)
             except Exception as exc:  # noqa: BLE001 - one short line to the client, never a traceback
                 message = f"postprocessing failed: {type(exc).__name__}: {exc}"
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
-        return responses
+                response = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+            sender.send(response, flags=FINAL)
+        return None
 
     def relay_cancellation(self, request) -> None:
         """Tell the loop model that the client of this request is gone (Triton cancels only an

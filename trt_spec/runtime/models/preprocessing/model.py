@@ -22,6 +22,10 @@ complete, valid tensors:
   tables, LoRA, guided decoding, encoder-decoder text) are accepted only with their neutral
   value (:data:`NOT_YET`): any other value is refused, never silently ignored.
 
+A prompt is refused before it is decoded or tokenized when it has more bytes than
+``max_input_len`` tokens can cover (:func:`max_prompt_bytes`), so a huge prompt costs no
+tokenizer time and holds up no other request.
+
 A request may carry N prompts (``text_input`` ``[N, 1]``, every other input ``[N, ...]``); each
 row is checked on its own and the outputs are ``[N, ...]``, ``input_ids`` right-padded with the
 row's ``pad_id``. A bad request fails alone with one short ``TritonError`` naming the input, its
@@ -53,12 +57,16 @@ if (_HERE / "trt_spec").is_dir():
 from trt_spec.runtime import tensors as T  # noqa: E402
 from trt_spec.runtime.errors import GenerationParamsError  # noqa: E402
 from trt_spec.runtime.parameters import PreprocessingParameters  # noqa: E402
-from trt_spec.runtime.penalties import ENGINE_MIN_TOKENS, Penalties  # noqa: E402
+from trt_spec.runtime.penalties import ENGINE_MIN_TOKENS, MAX_BIAS_WEIGHT, Penalties  # noqa: E402
 from trt_spec.runtime.sampling import GREEDY_TEMPERATURE, NO_TOP_K, NO_TOP_P, SamplingParams  # noqa: E402
 
 # TensorRT-LLM's temperature when a sampled request sends none (executor SamplingConfig default).
 DEFAULT_TEMPERATURE = 1.0
 NO_END_ID = -1  # end_id -1: never stop at an end token (TensorRT-LLM's ignore_eos)
+# A tokenizer's normalizer (NFKC, lowercasing, whitespace clean-up) may map more input bytes to a
+# token than the token decodes to; NFKC's largest expansion the other way is 18x for one character
+# (U+FDFA), the other way round (many bytes to few) a few x. The byte bound allows this much.
+NORMALIZATION_MARGIN = 4
 
 # How each input is read, one row (prompt) at a time; None = absent.
 NUMBER_INPUTS = tuple(
@@ -206,8 +214,8 @@ def check_parameters(values: dict[str, object], limits: PreprocessingParameters)
             f"embedding_bias_words has {num_words} entries and embedding_bias_weights {num_weights}: "
             "send one weight per word"
         )
-    if weights is not None and not np.all(np.isfinite(np.asarray(weights, dtype=np.float64))):
-        raise RequestError("embedding_bias_weights must be finite numbers")
+    if weights is not None and not np.all(np.abs(np.asarray(weights, dtype=np.float64)) <= MAX_BIAS_WEIGHT):
+        raise RequestError(f"embedding_bias_weights must be between -{MAX_BIAS_WEIGHT:g} and {MAX_BIAS_WEIGHT:g}")
     return RequestParameters(
         max_tokens=int(max_tokens),
         sampling=sampling,
@@ -276,12 +284,21 @@ class Prompt:
     bad_words: tuple[str, ...] = ()
 
 
+def max_prompt_bytes(tokenizer: "PreTrainedTokenizerBase", max_input_len: int) -> int:
+    """Bytes of UTF-8 text that ``max_input_len`` tokens can cover at most: no token decodes to
+    more than the longest token's bytes (special tokens included), times the normalisation
+    margin. A prompt over this many bytes is over ``max_input_len`` tokens without tokenizing it."""
+    longest = max((len(tokenizer.decode([token]).encode("utf-8")) for token in range(len(tokenizer))), default=1)
+    return max_input_len * max(1, longest) * NORMALIZATION_MARGIN
+
+
 class Preprocessor:
     """The model's logic, without Triton: a tokenizer and the model's parameters."""
 
     def __init__(self, tokenizer: "PreTrainedTokenizerBase", parameters: PreprocessingParameters) -> None:
         self.tokenizer = tokenizer
         self.parameters = parameters
+        self.max_prompt_bytes = max_prompt_bytes(tokenizer, parameters.max_input_len)
         self.end_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
 
@@ -387,8 +404,19 @@ def _decode_text(value: object, name: str) -> str:
     return str(value)
 
 
-def read_request(request) -> list[Prompt]:
-    """The prompts of one request (one per row of ``text_input``), each with its own values."""
+def check_prompt_size(value: object, max_bytes: int, max_input_len: int) -> None:
+    """Refuse a prompt of more than ``max_bytes`` bytes before decoding or tokenizing it."""
+    size = len(value) if isinstance(value, bytes) else len(str(value).encode("utf-8"))
+    if size > max_bytes:
+        raise RequestError(
+            f"text_input is {size} bytes, more than the engine's max_input_len of {max_input_len} tokens can hold "
+            f"(at most {max_bytes} bytes with this tokenizer); shorten the prompt"
+        )
+
+
+def read_request(request, max_bytes: int | None = None, max_input_len: int = 0) -> list[Prompt]:
+    """The prompts of one request (one per row of ``text_input``), each with its own values;
+    with ``max_bytes``, a prompt longer than that is refused before anything else is read."""
 
     def array(name: str):
         tensor = pb_utils.get_input_tensor_by_name(request, name)
@@ -400,6 +428,10 @@ def read_request(request) -> list[Prompt]:
     if text.ndim == 0 or text.shape[0] == 0:
         raise RequestError(f"text_input must hold one prompt per row (shape [N, 1]); got shape {list(text.shape)}")
     size = text.shape[0]
+    if max_bytes is not None:
+        for row in range(size):
+            for value in text[row].reshape(-1):
+                check_prompt_size(value, max_bytes, max_input_len)
     columns = {}
     for tensor in (*NUMBER_INPUTS, *TEXT_INPUTS, *WORD_LIST_INPUTS, *ARRAY_INPUTS):
         data = array(tensor.name)
@@ -447,7 +479,9 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             try:
-                outputs = self.preprocessor.batch(read_request(request))
+                preprocessor = self.preprocessor
+                prompts = read_request(request, preprocessor.max_prompt_bytes, preprocessor.parameters.max_input_len)
+                outputs = preprocessor.batch(prompts)
                 tensors = [pb_utils.Tensor(name, array) for name, array in outputs.items()]
                 responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             except RequestError as exc:

@@ -16,6 +16,16 @@ failing request ends with one short error line and the others go on. Prometheus 
 Responses, cancellation checks and metric updates (each an IPC round trip) run on one worker
 thread, off the loop's path from one engine call to the next.
 
+At most ``max_batch_size`` prompts run at once (the engines' batch, and the number of sequences
+whose KV caches the torch engines keep); the others wait in arrival order, so more concurrent
+requests queue instead of interleaving beyond what the engines hold (which evicts KV caches and
+makes every step recompute its prefix). ``execute`` returns only when its requests are done:
+the python backend runs a decoupled model's async ``execute`` in the background and hands the
+instance its next requests at once (``pb_stub.cc``, ``Stub::ProcessRequests``: "Do not wait for
+async decoupled execute to return"), and a coroutine that finishes before the stub has added its
+future to its background set logs "Cannot remove future from background" (``Stub::RunCoroutine``
+adds the future after ``add_done_callback``) and leaks the future.
+
 Imports ``trt_spec`` from the copy the repository writer puts beside this file (the code that
 wrote the repository), else from the installed package.
 """
@@ -24,6 +34,7 @@ import asyncio
 import concurrent.futures
 import json
 import sys
+import time
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
@@ -38,6 +49,9 @@ from trt_spec.runtime.errors import GenerationParamsError  # noqa: E402
 from trt_spec.runtime.parameters import LoopParameters  # noqa: E402
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+# An execute coroutine lasts at least this long, so that the stub has added its future to its
+# background set before it completes (module docstring): a relayed cancellation is instant.
+MIN_EXECUTE_SECONDS = 0.005
 
 
 class TritonEngineClient:
@@ -184,6 +198,8 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.name = config["name"]
         self.settings = LoopParameters.from_config(config)
+        self.running = None  # asyncio.Semaphore(max_batch_size), made on the stub's event loop
+        self.max_running = max(1, int(config.get("max_batch_size", 1)))
         self.engines = TritonEngineClient()
         self.metrics = LoopMetrics(self.name)
         self.input_names = [tensor.name for tensor in T.LOOP_INPUTS]
@@ -195,13 +211,22 @@ class TritonPythonModel:
         self.responses.close()
 
     async def execute(self, requests):
-        # One task per request, and return at once: the stub hands this instance its next
-        # requests only when execute() returns, so awaiting them here would serialise requests.
+        # One task per request, awaited here: the stub runs this coroutine in the background and
+        # hands the instance its next requests meanwhile (module docstring).
         loop = asyncio.get_running_loop()
+        if self.running is None:
+            self.running = asyncio.Semaphore(self.max_running)
+        started = loop.time()
+        tasks = []
         for request in requests:
             task = loop.create_task(self._serve(request))
             self.tasks.add(task)  # the loop keeps only weak references to tasks
             task.add_done_callback(self.tasks.discard)
+            tasks.append(task)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        left = MIN_EXECUTE_SECONDS - (loop.time() - started)
+        if left > 0:
+            await asyncio.sleep(left)
         return None
 
     async def _serve(self, request):
@@ -244,15 +269,18 @@ class TritonPythonModel:
             unfinished -= last_of_prompt
             self.responses.send(request, sender, arrays, key, last_of_prompt and unfinished == 0)
 
-        self.engines.active += len(prompts)
-        try:
-            await asyncio.gather(
-                *(self._generate_prompt(request, key, prompt, respond, failures) for prompt in prompts)
-            )
-        finally:
-            self.engines.active -= len(prompts)
+        await asyncio.gather(*(self._admit(request, key, prompt, respond, failures) for prompt in prompts))
         if failures:
             self.responses.send(request, sender, _error_response(failures[0]), key, True)
+
+    async def _admit(self, request, key, prompt: bls.LoopRequest, respond, failures: list[str]) -> None:
+        """Run one prompt once fewer than max_batch_size prompts are running (arrival order)."""
+        async with self.running:
+            self.engines.active += 1
+            try:
+                await self._generate_prompt(request, key, prompt, respond, failures)
+            finally:
+                self.engines.active -= 1
 
     async def _generate_prompt(self, request, key, prompt: bls.LoopRequest, respond, failures: list[str]) -> None:
         """One prompt of a request, to its last response (unless a prompt of the request failed:
@@ -270,9 +298,20 @@ class TritonPythonModel:
             arrays = bls.response_arrays(current, window, context, current.finished, key, prompt, log_probs)
             respond(arrays, current.finished)
 
+        last_probe = time.monotonic()
+
+        def probe(current, new_tokens):
+            # Non-streaming: a liveness probe now and then, so that a cancelled client is noticed
+            # (postprocessing relays it; tensors.py). It carries only postprocessing's inputs.
+            nonlocal last_probe
+            now = time.monotonic()
+            if now - last_probe >= T.PROBE_INTERVAL_S and not current.finished:
+                last_probe = now
+                respond(bls.probe_arrays(key), False)
+
         def cancelled():
-            # Streaming: the sender checks request.is_cancelled() after every response it sends.
-            return bool(failures) or self.cancelled[key] or (not prompt.stream and request.is_cancelled())
+            # The sender checks request.is_cancelled() after every response and probe it sends.
+            return bool(failures) or self.cancelled[key]
 
         try:
             await bls.run_loop(
@@ -280,7 +319,7 @@ class TritonPythonModel:
                 self.settings,
                 self.engines,
                 state=state,
-                on_tokens=stream if prompt.stream else None,
+                on_tokens=stream if prompt.stream else probe,
                 is_cancelled=cancelled,
                 times=times,
                 log_probs=log_probs,

@@ -1,0 +1,422 @@
+"""Supervision of the real Triton server (the CPU build bundled in nvidia-pytriton) on the demo
+pair's torch-flavor repository: a python model's process killed with SIGKILL (as the OOM killer
+would) under load is noticed, readiness says not ready while the model is down, the requests in
+flight get one error, and the service comes back on its own with the same greedy output. Each
+crash prints its recovery time. The supervisor's decisions are also tested on a fake server.
+
+Run alone: ``.venv/bin/python -m pytest -q -s tests/test_supervision.py`` (``-s`` shows the
+measured times)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES
+
+from trt_spec.client import SpecClient
+from trt_spec.errors import ServerError
+from trt_spec.repository.writer import write_repository
+from trt_spec.runtime import tensors as T
+from trt_spec.serving.server import Recovery, Stub, Supervisor, TritonServer
+from trt_spec.spec import load_spec
+
+PROMPT = "def read_config(path):\n"
+NEW_TOKENS = 24
+RECOVERY_LIMIT_S = 30.0  # the issue's figure: the service returns on its own within 30 s
+# The loop model's recovery is a whole server restart: every model loads again, 15 s on an idle
+# 2-core machine, up to ~45 s while other jobs share it.
+RESTART_LIMIT_S = 120.0
+DECOUPLED_MODELS = (T.LOOP, T.POSTPROCESSING)
+
+
+# --- the supervisor's decisions, on a fake server (no Triton) -------------------------------------
+
+
+@dataclass
+class FakeServer:
+    """What Supervisor uses of a TritonServer: stubs, states, reloads, restarts."""
+
+    stubs_now: dict[int, Stub]
+    states: dict[str, str] = field(default_factory=dict)
+    decoupled: set[str] = field(default_factory=set)
+    calls: list[str] = field(default_factory=list)
+    process = None
+    stopping = False
+    log_path = "/nowhere.log"
+
+    def stubs(self) -> dict[int, Stub]:
+        return dict(self.stubs_now)
+
+    def repository_index(self) -> dict[str, str]:
+        return dict(self.states)
+
+    def is_decoupled(self, name: str) -> bool:
+        return name in self.decoupled
+
+    def unload_model(self, name: str) -> None:
+        self.calls.append(f"unload {name}")
+
+    def load_model(self, name: str) -> None:
+        self.calls.append(f"load {name}")
+        self._respawn(name)
+
+    def restart(self, reason: str) -> float:
+        self.calls.append("restart")
+        for name in {stub.model for stub in self.stubs_now.values()} | self.decoupled:
+            self._respawn(name)
+        return 0.0
+
+    def _respawn(self, name: str) -> None:
+        self.stubs_now = {pid: stub for pid, stub in self.stubs_now.items() if stub.model != name}
+        pid = max(self.stubs_now, default=1000) + 1
+        self.stubs_now[pid] = Stub(pid, name, f"{name}_0_0", f"region{pid}")
+
+
+def _stub(pid: int, model: str) -> Stub:
+    return Stub(pid, model, f"{model}_0_0", f"region{pid}")
+
+
+def _fake(*models: str, decoupled: tuple[str, ...] = ()) -> FakeServer:
+    stubs = {100 + index: _stub(100 + index, model) for index, model in enumerate(models)}
+    return FakeServer(stubs, {model: "READY" for model in models}, set(decoupled))
+
+
+def _until(condition, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_a_dead_model_process_is_reloaded_and_reported_by_name():
+    server = _fake(T.PREPROCESSING, T.TARGET)
+    events: list[str] = []
+    supervisor = Supervisor(server, on_event=events.append, interval_s=0.02).start()
+    try:
+        del server.stubs_now[101]  # the target's stub is gone
+        _until(lambda: supervisor.recoveries)
+    finally:
+        supervisor.stop()
+    assert server.calls == [f"unload {T.TARGET}", f"load {T.TARGET}"]
+    assert [r.model for r in supervisor.recoveries] == [T.TARGET]
+    assert supervisor.recoveries[0].action == "reload"
+    assert events[0].startswith(f"model {T.TARGET}: its process {T.TARGET}_0_0 (pid 101) is gone; reloading")
+    assert events[1].startswith(f"model {T.TARGET}: back after")
+    assert supervisor.failure is None
+
+
+def test_a_dead_decoupled_model_restarts_the_server():
+    server = _fake(T.LOOP, T.TARGET, decoupled=(T.LOOP,))
+    events: list[str] = []
+    supervisor = Supervisor(server, on_event=events.append, interval_s=0.02).start()
+    try:
+        del server.stubs_now[100]
+        _until(lambda: supervisor.recoveries)
+    finally:
+        supervisor.stop()
+    assert server.calls == ["restart"]
+    assert supervisor.recoveries[0].action == "restart"
+    assert "restarting the server" in events[0] and "decoupled" in events[0]
+
+
+def test_a_model_unloaded_on_purpose_is_left_alone():
+    server = _fake(T.PREPROCESSING, T.TARGET)
+    events: list[str] = []
+    supervisor = Supervisor(server, on_event=events.append, interval_s=0.02).start()
+    try:
+        server.states[T.TARGET] = "UNAVAILABLE"
+        del server.stubs_now[101]
+        _until(lambda: events)
+        time.sleep(0.1)
+    finally:
+        supervisor.stop()
+    assert server.calls == [] and supervisor.recoveries == []
+    assert "not reloaded" in events[0]
+
+
+def test_a_failed_reload_falls_back_to_a_restart():
+    server = _fake(T.DRAFT)
+
+    def failing_load(name: str) -> None:
+        server.calls.append(f"load {name}")
+        raise ServerError(f"POST /v2/repository/models/{name}/load: HTTP 400: failed to load")
+
+    server.load_model = failing_load
+    events: list[str] = []
+    supervisor = Supervisor(server, on_event=events.append, interval_s=0.02).start()
+    try:
+        del server.stubs_now[100]
+        _until(lambda: supervisor.recoveries)
+    finally:
+        supervisor.stop()
+    assert server.calls == [f"unload {T.DRAFT}", f"load {T.DRAFT}", "restart"]
+    assert any("reload failed" in event and "failed to load" in event for event in events)
+
+
+def test_a_crash_loop_ends_supervision_with_the_reason():
+    server = _fake(T.TARGET)
+    supervisor = Supervisor(server, interval_s=0.02, max_recoveries=2, window_s=60)
+    supervisor.recoveries = [Recovery(T.TARGET, "reload", time.monotonic(), 1.0) for _ in range(2)]
+    supervisor.start()
+    del server.stubs_now[100]
+    assert "died 3 times within 60 s" in supervisor.wait()
+    assert not supervisor.running and server.calls == []
+
+
+# --- the real server: kill -9 a model's process under load ---------------------------------------
+
+needs_triton = pytest.mark.skipif(
+    importlib.util.find_spec("pytriton") is None, reason="the CPU Triton server comes with nvidia-pytriton"
+)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("supervision")
+    return write_repository(load_spec(EXAMPLES / "pystdlib-demo.yaml"), root / "repo", "torch").path
+
+
+@pytest.fixture(scope="module")
+def supervised(repo, tmp_path_factory):
+    """One server for the module's crash tests, under a supervisor whose events are kept."""
+    log = tmp_path_factory.mktemp("logs") / "triton.log"
+    server = TritonServer(repo, ready_timeout_s=300, log_file=log).start()
+    events: list[str] = []
+    supervisor = Supervisor(server, on_event=events.append).start()
+    try:
+        yield server, supervisor, events
+    finally:
+        supervisor.stop(timeout_s=0)
+        server.stop()
+
+
+def generate_text(server: TritonServer, prompt: str = PROMPT) -> str:
+    with SpecClient(server.grpc_url, timeout_s=60) as client:
+        return "".join(event.text for event in client.generate(prompt, max_tokens=NEW_TOKENS))
+
+
+def readiness(server: TritonServer) -> int:
+    """HTTP status of /v2/health/ready; 0 when nothing answers (a restarting server)."""
+    try:
+        with urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready", timeout=1) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+@dataclass
+class Outcome:
+    started: float
+    ended: float
+    error: str | None
+
+
+class Load:
+    """``workers`` threads streaming greedy requests back to back until stopped, each outcome
+    kept with its times; and a poller of the server's readiness."""
+
+    def __init__(self, server: TritonServer, workers: int = 2):
+        self.server = server
+        self.outcomes: list[Outcome] = []
+        self.readiness: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._work, daemon=True) for _ in range(workers)]
+        self._threads.append(threading.Thread(target=self._poll, daemon=True))
+
+    def __enter__(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=70)
+        assert not any(thread.is_alive() for thread in self._threads), "a request hung"
+
+    def _work(self) -> None:
+        client = SpecClient(self.server.grpc_url, timeout_s=60)
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                for _ in client.generate(PROMPT, max_tokens=48):
+                    pass
+                error = None
+            except Exception as exc:  # noqa: BLE001 - every failure is an outcome to look at
+                error = f"{type(exc).__name__}: {exc}"
+                client.close()
+                client = SpecClient(self.server.grpc_url, timeout_s=60)
+                time.sleep(0.1)
+            self.outcomes.append(Outcome(started, time.monotonic(), error))
+        client.close()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.readiness.append((time.monotonic(), readiness(self.server)))
+            time.sleep(0.05)
+
+    def successes_after(self, moment: float) -> list[Outcome]:
+        return [o for o in self.outcomes if o.error is None and o.started > moment]
+
+    def in_flight_at(self, moment: float) -> list[Outcome]:
+        return [o for o in self.outcomes if o.started < moment < o.ended]
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    ("model", "errors_in_flight"),
+    [
+        (T.TARGET, True),
+        (T.DRAFT, True),
+        (T.PREPROCESSING, False),  # quick: the requests in flight may be past it
+        (T.POSTPROCESSING, False),  # decoupled (its probes get no response): the server is restarted
+        (T.LOOP, True),  # decoupled: the server is restarted
+    ],
+)
+def test_a_killed_model_process_comes_back_under_load(supervised, model, errors_in_flight):
+    server, supervisor, events = supervised
+    restarts = model in DECOUPLED_MODELS
+    limit = RESTART_LIMIT_S if restarts else RECOVERY_LIMIT_S
+    before = generate_text(server)
+    assert before
+    done = len(supervisor.recoveries)
+    with Load(server) as load:
+        _until(lambda: len(load.successes_after(0)) >= 2, timeout_s=30)
+        [victim] = [stub for stub in server.stubs().values() if stub.model == model]
+        killed = time.monotonic()
+        os.kill(victim.pid, signal.SIGKILL)
+        _until(lambda: len(supervisor.recoveries) > done, timeout_s=limit + 30)
+        _until(lambda: load.successes_after(supervisor.recoveries[-1].detected_at), timeout_s=30)
+    recovery = supervisor.recoveries[-1]
+    served_again = min(o.ended for o in load.successes_after(recovery.detected_at))
+    down = min(t for t, status in load.readiness if t > killed and status != 200)
+    ready_again = min(t for t, status in load.readiness if t > down and status == 200)
+    print(
+        f"\n{model}: killed pid {victim.pid}; found dead after {recovery.detected_at - killed:.2f} s, "
+        f"{recovery.action} took {recovery.seconds:.1f} s; ready again {ready_again - killed:.1f} s "
+        f"and served again {served_again - killed:.1f} s after the kill"
+    )
+    assert recovery.model == model
+    assert recovery.action == ("restart" if restarts else "reload")
+    assert served_again - killed < limit
+    # Not ready while it was down (400 from the strict readiness; no answer during a restart),
+    # from soon after the kill until the recovery.
+    assert down - killed < 5 and ready_again >= recovery.detected_at + recovery.seconds - 1
+    in_flight = load.in_flight_at(killed)
+    assert all(o.ended - killed < 30 for o in in_flight)  # none hung
+    if errors_in_flight:
+        failed = [o.error for o in in_flight if o.error]
+        assert failed, "a request in flight at the kill should have failed"
+        print(f"  in flight at the kill: {len(in_flight)}, failed with: {failed[0][:120]}")
+    assert any(event.startswith(f"model {model}: its process") for event in events)
+    assert readiness(server) == 200
+    assert generate_text(server) == before  # greedy: the same output after the recovery
+
+
+# --- hardened defaults and a bounded stop, on the same server ------------------------------------
+
+
+def alive(pid: int) -> bool:
+    """A python-backend stub still runs as ``pid`` (not a zombie; pids are reused quickly here)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state not in "ZX" and b"triton_python_backend_stub" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def http_status(url: str, *, method: str = "GET", headers: dict[str, str] | None = None) -> int:
+    request = urllib.request.Request(url, method=method, headers=headers or {}, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+RESTRICTED_URLS = [
+    ("GET", "/v2/systemsharedmemory/status"),
+    ("GET", "/v2/cudasharedmemory/status"),
+    ("POST", "/v2/repository/index"),
+    ("POST", f"/v2/repository/models/{T.TARGET}/unload"),
+    ("GET", "/v2/logging"),
+    ("GET", "/v2/trace/setting"),
+]
+
+
+@needs_triton
+def test_restricted_apis_are_refused_to_a_plain_client(supervised):
+    import tritonclient.grpc as grpcclient
+
+    server, _, _ = supervised
+    base = f"http://{server.http_url}"
+    for method, path in RESTRICTED_URLS:
+        assert http_status(base + path, method=method) == 403, path
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    for call in (client.get_system_shared_memory_status, client.get_log_settings, client.get_model_repository_index):
+        with pytest.raises(grpcclient.InferenceServerException, match="restricted"):
+            call()
+    # What clients need stays open: health, metadata, config, statistics, inference.
+    assert client.is_server_ready() and client.is_model_ready(T.ENSEMBLE)
+    assert client.get_model_config(T.ENSEMBLE).config.name == T.ENSEMBLE
+    assert client.get_inference_statistics(T.ENSEMBLE).model_stats
+    # serve's own header opens them (the supervisor's reloads use it).
+    assert http_status(base + "/v2/systemsharedmemory/status", headers=server.admin_headers) == 200
+    assert http_status(base + "/v2/repository/index", method="POST", headers=server.admin_headers) == 200
+
+
+@needs_triton
+def test_stop_with_a_request_stuck_on_a_dead_process_is_quick_and_removes_only_its_shared_memory(
+    supervised, repo, tmp_path
+):
+    """A second server on the same machine (the module's keeps running): its loop model's process
+    is killed under a request, which then waits forever (Triton 2.51), as the stop would have
+    (30 s before). The stop takes a few seconds, removes this server's shared memory and
+    processes, keeps its log, and leaves the other server's regions alone."""
+    other, _, _ = supervised
+    log = tmp_path / "second.log"
+    server = TritonServer(repo, ready_timeout_s=300, log_file=log).start()
+    outcome: dict[str, object] = {}
+
+    def request() -> None:
+        try:
+            with SpecClient(server.grpc_url, timeout_s=120) as client:
+                for event in client.generate(PROMPT, max_tokens=400):
+                    outcome.setdefault("first", event)
+        except Exception as exc:  # noqa: BLE001
+            outcome["error"] = exc
+
+    stubs = server.stubs()
+    regions = {stub.region for stub in stubs.values()}
+    assert regions and all(region.startswith(server.shm_prefix) for region in regions)
+    thread = threading.Thread(target=request, daemon=True)
+    thread.start()
+    _until(lambda: "first" in outcome, timeout_s=60)
+    [loop] = [stub for stub in stubs.values() if stub.model == T.LOOP]
+    os.kill(loop.pid, signal.SIGKILL)
+    time.sleep(1.5)
+    assert thread.is_alive()  # stuck: Triton never answers it
+    started = time.monotonic()
+    server.stop()
+    took = time.monotonic() - started
+    print(f"\nstop with a stuck request: {took:.2f} s")
+    assert took < server.exit_timeout_s + 5
+    thread.join(timeout=30)
+    assert not thread.is_alive() and "error" in outcome  # the stuck request got an error at the stop
+    assert not list(Path("/dev/shm").glob(f"{server.shm_prefix}*"))
+    assert not [pid for pid in stubs if alive(pid)]
+    assert log.is_file() and "Started GRPCInferenceService" in log.read_text()
+    # The other server's regions are untouched, and it still serves.
+    assert {stub.region for stub in other.stubs().values()} <= {p.name for p in Path("/dev/shm").iterdir()}
+    assert generate_text(other)
