@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import queue
 import re
-import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -70,47 +69,46 @@ def test_a_flood_of_32_streams_each_equals_its_lone_run(server, target):
 
 def test_an_8_mb_prompt_is_refused_at_once_and_delays_nobody(server, target):
     prompt = prompt_texts(1, 200)[0]
-    generate(server, prompt)  # warm
-    started = time.perf_counter()
-    generate(server, prompt)
-    alone = time.perf_counter() - started
-
+    expected = decode(target, greedy_reference(target, prompt, NEW_TOKENS))
     huge = ("x = 1\n" * (8 * 1024 * 1024 // 6)).encode()
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    refusals: list[tuple[float, str]] = []
-    stop = threading.Event()
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((error, time.perf_counter())))
 
-    def flood() -> None:
-        answers: queue.Queue = queue.Queue()
-        client.start_stream(callback=lambda result, error: answers.put(error))
-        while not stop.is_set() or not refusals:
-            begun = time.perf_counter()
-            inputs = [
-                _input("text_input", np.array([[huge]], dtype=object)),
-                _input("max_tokens", np.array([[8]], dtype=np.int32)),
-            ]
-            client.async_stream_infer("ensemble", inputs)
-            error = answers.get(timeout=60)
-            refusals.append((time.perf_counter() - begun, "" if error is None else error.message()))
-        client.stop_stream()
+    def send_huge() -> tuple[float, str]:
+        inputs = [
+            _input("text_input", np.array([[huge]], dtype=object)),
+            _input("max_tokens", np.array([[8]], dtype=np.int32)),
+        ]
+        begun = time.perf_counter()
+        client.async_stream_infer("ensemble", inputs)
+        error, answered = answers.get(timeout=60)
+        return answered - begun, "" if error is None else error.message()
 
-    thread = threading.Thread(target=flood)
-    thread.start()
-    started = time.perf_counter()
-    text = generate(server, prompt)
-    during = time.perf_counter() - started
-    stop.set()
-    thread.join()
+    def timed() -> float:
+        started = time.perf_counter()
+        assert generate(server, prompt) == expected
+        return time.perf_counter() - started
+
+    generate(server, prompt)  # warm
+    alone, beside, refusals = [], [], []
+    for _ in range(5):  # interleaved: a drift of the shared machine hits both alike
+        alone.append(timed())
+        with ThreadPoolExecutor(1) as pool:
+            refused = pool.submit(send_huge)
+            beside.append(timed())
+            refusals.append(refused.result())
+    client.stop_stream()
     client.close()
-    assert text == decode(target, greedy_reference(target, prompt, NEW_TOKENS))
     seconds, message = min(refusals)
     assert "text_input is" in message and "bytes" in message and "shorten the prompt" in message, message
-    # The client's own time: 8 MB through gRPC on loopback, then the refusal (before any tokenizing).
+    alone_s, beside_s = sorted(alone)[2], sorted(beside)[2]  # medians
     print(
-        f"8 MB prompt refused in {seconds * 1000:.0f} ms (client side); the request beside it took {during:.2f} s, alone {alone:.2f} s"
+        f"8 MB prompt refused in {seconds * 1000:.0f} ms (client side, the transfer included); a greedy request "
+        f"beside it {beside_s:.3f} s, alone {alone_s:.3f} s (medians of 5)"
     )
-    assert seconds < 0.1, refusals[:3]  # the issue: refused in under 100 ms
-    assert during < 1.5 * alone + 0.25, (alone, during, len(refusals))
+    assert seconds < 0.1, refusals  # the issue's figure: refused in under 100 ms
+    assert beside_s < 1.15 * alone_s + 0.03, (alone, beside)
 
 
 def test_cancelling_a_non_streaming_request_stops_it(server):
