@@ -14,6 +14,7 @@ from trt_spec.runtime.loop import (
     Generation,
     GenerationParams,
     LoopState,
+    StepCosts,
     call_seed,
     expected_tokens_per_call,
 )
@@ -179,31 +180,52 @@ def test_expected_tokens_per_call():
 
 
 def test_adaptive_draft_length_follows_acceptance():
-    draft_time, verify_time = 0.001, 0.010
-    always_right = AdaptiveDraftLength(max_draft_tokens=8)
-    assert always_right.next_num_draft_tokens() == 8  # nothing measured yet
+    gpu_like = StepCosts(draft=0.1, verify_slope=0.0)
+    always_right = AdaptiveDraftLength(max_draft_tokens=8, costs=gpu_like)
     for _ in range(20):
         k = always_right.next_num_draft_tokens()
-        always_right.update(k, k, k * draft_time, verify_time)
+        always_right.update(k, k)
     assert always_right.next_num_draft_tokens() == 8
 
-    always_wrong = AdaptiveDraftLength(max_draft_tokens=8)
+    always_wrong = AdaptiveDraftLength(max_draft_tokens=8, costs=gpu_like)
     for _ in range(20):
         k = always_wrong.next_num_draft_tokens()
-        always_wrong.update(k, 0, k * draft_time, verify_time)
+        always_wrong.update(k, 0)
     assert always_wrong.next_num_draft_tokens() == 1
 
 
+def test_adaptive_k_is_the_cost_models_best_and_depends_on_the_tokens_alone():
+    # No clock is read: the same accept/reject history gives the same K sequence on any machine,
+    # under any load (greedy output cannot depend on load: StepCosts says why).
+    cpu = StepCosts(draft=0.08, verify_slope=0.3)
+    history = [(4, 4), (4, 1), (2, 2), (3, 0), (2, 2), (3, 3), (4, 2)]
+
+    def ks() -> list[int]:
+        adaptive, chosen = AdaptiveDraftLength(max_draft_tokens=8, costs=cpu), []
+        for _, accepted in history:
+            k = adaptive.next_num_draft_tokens()
+            chosen.append(k)
+            adaptive.update(k, min(k, accepted))
+        return chosen
+
+    assert ks() == ks()
+    adaptive = AdaptiveDraftLength(max_draft_tokens=8, costs=cpu)
+    adaptive._accepted, adaptive._decided = 7.3, 10.0  # alpha 0.73, the wide pair's
+    best = max(range(1, 9), key=lambda k: expected_tokens_per_call(0.73, k) / (k * 0.08 + 1 + 0.3 * k))
+    assert adaptive.next_num_draft_tokens() == best == 2  # the wide pair's best fixed K on this CPU
+
+
 def test_adaptive_generation_is_still_exact():
-    params = GenerationParams(max_new_tokens=40, num_draft_tokens=6, adaptive_draft=True)
+    params = GenerationParams(
+        max_new_tokens=40, num_draft_tokens=6, adaptive_draft=True, step_costs=StepCosts(draft=0.1, verify_slope=0.0)
+    )
     generation, _, drafter, _ = run(params, period=3)
     assert generation.output == TRUTH[:40]
     assert len(set(drafter.asked)) > 1  # K actually moved
 
 
-def drive(controller: AdaptiveDraftLength, verify_seconds, alpha: float = 0.8, steps: int = 80) -> float:
-    """Feed a controller steps with i.i.d. acceptance ``alpha``, 1 ms per draft token and
-    verification costing ``verify_seconds(k)``; the mean K it chose over the second half."""
+def drive(controller: AdaptiveDraftLength, alpha: float = 0.8, steps: int = 80) -> float:
+    """Feed a controller steps with i.i.d. acceptance ``alpha``; the mean K it chose over the second half."""
     rng = random.Random(0)
     chosen = []
     for _ in range(steps):
@@ -212,15 +234,15 @@ def drive(controller: AdaptiveDraftLength, verify_seconds, alpha: float = 0.8, s
         accepted = 0
         while accepted < k and rng.random() < alpha:
             accepted += 1
-        controller.update(k, accepted, k * 0.001, verify_seconds(k))
+        controller.update(k, accepted)
     return sum(chosen[steps // 2 :]) / (steps - steps // 2)
 
 
 def test_adaptive_draft_length_accounts_for_verification_growing_with_k():
-    # alpha 0.8, t_d = 1 ms: a flat 10 ms verification wants long drafts (optimum K = 6);
-    # one growing 4 ms per scored position wants short ones (optimum K = 2).
-    flat = drive(AdaptiveDraftLength(8), lambda k: 0.010)
-    steep = drive(AdaptiveDraftLength(8), lambda k: 0.006 + 0.004 * (k + 1))
+    # alpha 0.8, t_d = 0.1 t_1: a flat verification (a GPU's) wants long drafts (optimum K = 6);
+    # one growing 0.4 t_1 per verified position (a slow CPU's) wants short ones (optimum K = 2).
+    flat = drive(AdaptiveDraftLength(8, StepCosts(draft=0.1, verify_slope=0.0)))
+    steep = drive(AdaptiveDraftLength(8, StepCosts(draft=0.1, verify_slope=0.4)))
     assert flat >= 4.5 and steep <= 3, (flat, steep)
 
 

@@ -452,7 +452,13 @@ def test_python_models_read_their_parameters_through_the_typed_classes():
 
 def test_from_config_refuses_missing_unknown_and_malformed_parameters():
     good = LoopParameters(
-        target_model=T.TARGET, draft_model=T.DRAFT, max_draft_len=4, adaptive_draft=False, use_draft_logits=True
+        target_model=T.TARGET,
+        draft_model=T.DRAFT,
+        max_draft_len=4,
+        adaptive_draft=False,
+        use_draft_logits=True,
+        draft_cost=0.08,
+        verify_slope=0.3,
     )
     config = {"name": T.LOOP, "parameters": good.to_config()}
     assert good.to_config()["use_draft_logits"] == {"string_value": "true"}

@@ -14,6 +14,7 @@ from test_twin import PROMPT, early_exit_draft, reference_greedy, tiny_llama
 from trt_spec.errors import GenerationParamsError
 from trt_spec.runtime import bls
 from trt_spec.runtime import tensors as T
+from trt_spec.runtime.costs import DEFAULT_STEP_COSTS
 from trt_spec.runtime.loop import Generation, GenerationParams
 from trt_spec.runtime.parameters import LoopParameters, ModelParametersError
 from trt_spec.runtime.prefix_cache import PrefixCachePool
@@ -41,6 +42,8 @@ def loop_parameters(
         max_draft_len=max_draft_len,
         adaptive_draft=adaptive_draft,
         use_draft_logits=use_draft_logits,
+        draft_cost=DEFAULT_STEP_COSTS.draft,  # the in-process loop's default: the same K sequence
+        verify_slope=DEFAULT_STEP_COSTS.verify_slope,
     )
 
 
@@ -437,6 +440,8 @@ def test_loop_parameters_from_the_config():
         "max_draft_len": "6",
         "use_draft_logits": "true",
         "adaptive_draft": "true",
+        "draft_cost": str(DEFAULT_STEP_COSTS.draft),
+        "verify_slope": str(DEFAULT_STEP_COSTS.verify_slope),
     }
     config = {"name": T.LOOP, "parameters": {key: {"string_value": value} for key, value in given.items()}}
     settings = LoopParameters.from_config(config)

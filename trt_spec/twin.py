@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from trt_spec.errors import GenerationParamsError, PairMismatch
+from trt_spec.runtime.costs import CPU_VERIFY_SLOPE, StepCosts
 from trt_spec.runtime.loop import Draft, Generation, GenerationParams
 from trt_spec.runtime.sampling import SamplingParams, greedy_verify, probabilities, rejection_sample, sample
 from trt_spec.runtime.torch_engine import TorchCausalLM
@@ -165,6 +166,21 @@ class TwinPair:
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def step_costs(self) -> StepCosts:
+        """Adaptive K's fixed costs for this pair (loop.StepCosts): t_d / t_1 as the draft's
+        parameters over the target's (embeddings left out: a step reads only its tokens' rows),
+        and on a CPU the twin's measured verify slope (on a GPU a verify step costs what one
+        token costs)."""
+        draft, target = (_step_params(engine.model) for engine in (self.draft, self.target))
+        slope = CPU_VERIFY_SLOPE if self.target.device.type == "cpu" else 0.0
+        return StepCosts(draft=draft / target, verify_slope=slope)
+
+
+def _step_params(model: torch.nn.Module) -> int:
+    """The parameters one decode step reads: all but the input embedding's."""
+    embedding = model.get_input_embeddings().weight
+    return sum(p.numel() for p in model.parameters() if p is not embedding)
 
 
 def checkpoint_dir(spec: Spec, role: str) -> Path:

@@ -235,6 +235,7 @@ def _run_one(
         num_draft_tokens=num_draft_tokens,
         adaptive_draft=name != "plain" and name[0] == "adaptive",
         eos_token_ids=pair.eos_token_ids,
+        step_costs=pair.step_costs(),
     )
     pair.target.reset()
     pair.draft.reset()

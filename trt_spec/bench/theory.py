@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from trt_spec.runtime.loop import RequestStats, expected_tokens_per_call
+from trt_spec.runtime.costs import expected_tokens_per_call
+from trt_spec.runtime.loop import RequestStats
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
 

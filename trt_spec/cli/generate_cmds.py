@@ -210,6 +210,7 @@ def _generate_local(
         adaptive_draft=adaptive and k > 0,
         eos_token_ids=pair.eos_token_ids,
         stop_sequences=tuple(tuple(pair.encode(text)) for text in stop_texts),
+        step_costs=pair.step_costs(),
     )
     generation = pair.generate(pair.encode(prompt), params, seed=seed)
     detokenizer = IncrementalDetokenizer(pair.tokenizer)

@@ -25,8 +25,10 @@ from tritonclient.grpc import model_config_pb2
 from trt_spec import atomic
 from trt_spec.errors import EngineMismatchError, RepositoryError
 from trt_spec.layout import engine_dir
+from trt_spec.memory import rank_params
 from trt_spec.plan import Plan
 from trt_spec.runtime import tensors as T
+from trt_spec.runtime.costs import CPU_VERIFY_SLOPE, DEFAULT_STEP_COSTS, StepCosts
 from trt_spec.runtime.parameters import (
     LoopParameters,
     ModelParameters,
@@ -80,6 +82,7 @@ class RepositorySettings:
     draft: EngineSettings
     adaptive_draft: bool = False  # the loop's default when a request does not send adaptive_draft
     torch_threads: int = 1  # torch flavor: intra-op threads per engine model; 0 = torch's default
+    step_costs: StepCosts = DEFAULT_STEP_COSTS  # adaptive K's fixed costs (deployment_step_costs)
 
     def engine(self, role: str) -> EngineSettings:
         return {"target": self.target, "draft": self.draft}[role]
@@ -165,6 +168,25 @@ def settings_from_plan(
         draft=engines["draft"],
         adaptive_draft=adaptive_draft,
         torch_threads=torch_threads,
+        step_costs=deployment_step_costs(plan, flavor),
+    )
+
+
+def deployment_step_costs(plan: Plan, flavor: str) -> StepCosts:
+    """Adaptive K's fixed step costs for the repository's engines: on the spec's GPU (tensorrtllm)
+    the projection's memory-bandwidth step model (``trt_spec.projection``) at the spec's K; on a CPU
+    (torch) the draft's parameter count over the target's for t_d / t_1 and the twin's measured
+    verify slope. Fixed so that K, and so the output, never depends on the machine's load."""
+    if flavor == "tensorrtllm":
+        from trt_spec.projection import project_plan
+
+        k = plan.spec.num_draft_tokens
+        times = project_plan(plan, max_k=k).step_times
+        slope = (times.target_by_num_tokens[k + 1] - times.target_1) / (k * times.target_1)
+        return StepCosts(draft=times.draft_1 / times.target_1, verify_slope=max(0.0, slope))
+    draft, target = (rank_params(role.model, 1) for role in (plan.draft, plan.target))
+    return StepCosts(
+        draft=(draft.layers + draft.lm_head) / (target.layers + target.lm_head), verify_slope=CPU_VERIFY_SLOPE
     )
 
 
@@ -352,6 +374,8 @@ def loop_config(settings: RepositorySettings) -> ModelConfig:
             # TensorRT-LLM engines only when built for probabilistic acceptance (they gather generation
             # logits), the PyTorch twin always. Otherwise the target matches tokens (also exact).
             use_draft_logits=settings.acceptance == "probabilistic" or settings.flavor == "torch",
+            draft_cost=round(settings.step_costs.draft, 4),
+            verify_slope=round(settings.step_costs.verify_slope, 4),
         ),
         decoupled=True,
     )

@@ -24,6 +24,7 @@ from typing import Protocol
 
 import torch
 
+from trt_spec.runtime.costs import DEFAULT_STEP_COSTS, StepCosts, expected_tokens_per_call  # noqa: F401 - part of this API
 from trt_spec.runtime.errors import GenerationParamsError
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 from trt_spec.runtime.sampling import NO_TOP_K, NO_TOP_P, SamplingParams
@@ -91,6 +92,7 @@ class GenerationParams:
     adaptive_draft: bool = False
     eos_token_ids: frozenset[int] = frozenset()
     stop_sequences: tuple[tuple[int, ...], ...] = ()
+    step_costs: StepCosts | None = None  # adaptive K's fixed costs; None: DEFAULT_STEP_COSTS
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -169,68 +171,36 @@ class RequestStats:
         self.verify_seconds += verify_seconds
 
 
-def expected_tokens_per_call(alpha: float, num_draft_tokens: int) -> float:
-    """(1 - alpha^(K+1)) / (1 - alpha), written as the sum 1 + alpha + ... + alpha^K (no 0/0 at 1)."""
-    return sum(alpha**power for power in range(num_draft_tokens + 1))
-
-
 class AdaptiveDraftLength:
     """Chooses K each step to maximise expected tokens per second at the running acceptance.
 
-    Tokens per second of K is E(alpha, K) / (K t_d + t_v(K)) (Leviathan et al. 2023, section 3.4),
-    with t_v(K) = t_v0 + K s, since verification cost grows with the positions it scores (little
-    on a GPU, nearly linearly on a CPU). alpha and t_d are exponential moving averages of this
-    request's steps and the line t_v is an exponentially weighted least-squares fit of them, so K
-    follows the local acceptance rate. The first two steps probe the largest K and half of it, so
-    the fit sees two draft lengths. Never chooses 0: without drafts alpha could not be observed.
+    Tokens per second of K is E(alpha, K) / (K t_d + t_{K+1}) (Leviathan et al. 2023, section
+    3.4), with the deployment's fixed :class:`StepCosts`; alpha is an exponential moving average
+    of this request's accept/reject decisions, so K follows the local acceptance rate and depends
+    on the tokens alone. Never chooses 0: without drafts alpha could not be observed.
     """
 
-    SMOOTHING = 0.9  # weight of the past in the moving averages (~10 steps of memory)
+    SMOOTHING = 0.9  # weight of the past in the moving average (~10 steps of memory)
     PRIOR_DECISIONS = 2.0  # alpha starts as 1 accepted + 1 rejected pseudo-observation
 
-    def __init__(self, max_draft_tokens: int):
+    def __init__(self, max_draft_tokens: int, costs: StepCosts = DEFAULT_STEP_COSTS):
         self.max_draft_tokens = max_draft_tokens
+        self.costs = costs
         self._accepted = self.PRIOR_DECISIONS / 2
         self._decided = self.PRIOR_DECISIONS
-        self._draft_token_seconds: float | None = None
-        # Decayed sums of 1, k, k^2, t_v, k t_v over steps: the weighted least-squares line.
-        self._weight = self._k = self._k2 = self._verify = self._k_verify = 0.0
-        self._slope = 0.0  # seconds per scored draft position; kept while all steps share one K
-        self._steps = 0
 
     @property
     def alpha(self) -> float:
         return self._accepted / self._decided
 
     def next_num_draft_tokens(self) -> int:
-        probes = (self.max_draft_tokens, max(1, self.max_draft_tokens // 2))
-        if self._steps < len(probes) or self._draft_token_seconds is None:
-            return probes[min(self._steps, len(probes) - 1)]
-        alpha, t_draft = self.alpha, self._draft_token_seconds
-        intercept = (self._verify - self._slope * self._k) / self._weight
-        return max(
-            range(1, self.max_draft_tokens + 1),
-            key=lambda k: expected_tokens_per_call(alpha, k) / (k * t_draft + intercept + k * self._slope),
-        )
+        alpha = self.alpha
+        return max(range(1, self.max_draft_tokens + 1), key=lambda k: self.costs.speedup(alpha, k))
 
-    def update(self, num_drafted: int, num_accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+    def update(self, num_drafted: int, num_accepted: int) -> None:
         decay = self.SMOOTHING
-        self._steps += 1
         self._accepted = decay * self._accepted + num_accepted
         self._decided = decay * self._decided + num_accepted + (num_accepted < num_drafted)
-        if num_drafted:
-            per_token = draft_seconds / num_drafted
-            previous = self._draft_token_seconds
-            self._draft_token_seconds = per_token if previous is None else decay * previous + (1 - decay) * per_token
-        k = float(num_drafted)
-        self._weight = decay * self._weight + 1
-        self._k = decay * self._k + k
-        self._k2 = decay * self._k2 + k * k
-        self._verify = decay * self._verify + verify_seconds
-        self._k_verify = decay * self._k_verify + k * verify_seconds
-        spread = self._weight * self._k2 - self._k * self._k
-        if spread > 1e-6 * self._weight * self._weight:  # at least two draft lengths in view
-            self._slope = max(0.0, (self._weight * self._k_verify - self._k * self._verify) / spread)
 
 
 def call_seed(request_seed: int, call_index: int) -> int:
@@ -297,7 +267,8 @@ class LoopState:
         self.output: list[int] = []
         self.stats = RequestStats()
         self.finish_reason: str | None = None
-        self._adaptive = AdaptiveDraftLength(params.num_draft_tokens) if params.adaptive_draft else None
+        costs = params.step_costs or DEFAULT_STEP_COSTS
+        self._adaptive = AdaptiveDraftLength(params.num_draft_tokens, costs) if params.adaptive_draft else None
 
     @property
     def finished(self) -> bool:
@@ -330,7 +301,7 @@ class LoopState:
         num_accepted = common_prefix_length(draft_tokens, emitted)
         self.stats.record(len(draft_tokens), num_accepted, draft_seconds, verify_seconds)
         if self._adaptive:
-            self._adaptive.update(len(draft_tokens), num_accepted, draft_seconds, verify_seconds)
+            self._adaptive.update(len(draft_tokens), num_accepted)
 
         params = self.params
         kept: list[int] = []

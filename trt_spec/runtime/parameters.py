@@ -137,6 +137,10 @@ class LoopParameters(ModelParameters):
     max_draft_len: int  # K of the target engine: the most drafts one verification takes
     adaptive_draft: bool  # choose K each step; the default when a request does not send adaptive_draft
     use_draft_logits: bool  # sampled requests verify with the draft's logits (rejection sampling)
+    # Adaptive K's fixed step costs, relative to a target step (loop.StepCosts): t_d / t_1 and
+    # what each verified position adds; from the plan, so that K depends on the tokens alone.
+    draft_cost: float
+    verify_slope: float
 
 
 @dataclass(frozen=True)
