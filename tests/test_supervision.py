@@ -26,7 +26,7 @@ from trt_spec.client import SpecClient
 from trt_spec.errors import ServerError
 from trt_spec.repository.writer import write_repository
 from trt_spec.runtime import tensors as T
-from trt_spec.serving.server import Recovery, Stub, Supervisor, TritonServer
+from trt_spec.serving.server import RELOAD_TIMEOUT_S, Recovery, Stub, Supervisor, TritonServer
 from trt_spec.spec import load_spec
 
 PROMPT = "def read_config(path):\n"
@@ -65,7 +65,7 @@ class FakeServer:
     def unload_model(self, name: str) -> None:
         self.calls.append(f"unload {name}")
 
-    def load_model(self, name: str) -> None:
+    def load_model(self, name: str, timeout_s: float | None = None) -> None:
         self.calls.append(f"load {name}")
         self._respawn(name)
 
@@ -146,7 +146,7 @@ def test_a_model_unloaded_on_purpose_is_left_alone():
 def test_a_failed_reload_falls_back_to_a_restart():
     server = _fake(T.DRAFT)
 
-    def failing_load(name: str) -> None:
+    def failing_load(name: str, timeout_s: float | None = None) -> None:
         server.calls.append(f"load {name}")
         raise ServerError(f"POST /v2/repository/models/{name}/load: HTTP 400: failed to load")
 
@@ -287,7 +287,9 @@ class Load:
 def test_a_killed_model_process_comes_back_under_load(supervised, model, errors_in_flight):
     server, supervisor, events = supervised
     restarts = model in DECOUPLED_MODELS
-    limit = RESTART_LIMIT_S if restarts else RECOVERY_LIMIT_S
+    # A reload may fall back to a restart: the python backend can abort the whole server when a
+    # request reaches a stub killed holding its shared-memory lock (server.RELOAD_TIMEOUT_S).
+    wait = RESTART_LIMIT_S + (0 if restarts else RELOAD_TIMEOUT_S)
     before = generate_text(server)
     assert before
     done = len(supervisor.recoveries)
@@ -296,7 +298,7 @@ def test_a_killed_model_process_comes_back_under_load(supervised, model, errors_
         [victim] = [stub for stub in server.stubs().values() if stub.model == model]
         killed = time.monotonic()
         os.kill(victim.pid, signal.SIGKILL)
-        _until(lambda: len(supervisor.recoveries) > done, timeout_s=limit + 30)
+        _until(lambda: len(supervisor.recoveries) > done, timeout_s=wait + 30)
         _until(lambda: load.successes_after(supervisor.recoveries[-1].detected_at), timeout_s=30)
     recovery = supervisor.recoveries[-1]
     served_again = min(o.ended for o in load.successes_after(recovery.detected_at))
@@ -308,7 +310,10 @@ def test_a_killed_model_process_comes_back_under_load(supervised, model, errors_
         f"and served again {served_again - killed:.1f} s after the kill"
     )
     assert recovery.model == model
-    assert recovery.action == ("restart" if restarts else "reload")
+    assert recovery.action == "restart" if restarts else recovery.action in ("reload", "restart")
+    limit = RECOVERY_LIMIT_S if recovery.action == "reload" else wait
+    if recovery.action == "restart" and not restarts:
+        print(f"  {model}: the reload fell back to a server restart (the server aborted or hung)")
     assert served_again - killed < limit
     # Not ready while it was down (400 from the strict readiness; no answer during a restart),
     # from soon after the kill until the recovery.

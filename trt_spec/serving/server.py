@@ -64,6 +64,12 @@ ADMIN_HEADER = "trt-spec-admin-key"  # over gRPC Triton expects it as triton-grp
 EXIT_TIMEOUT_S = 2  # --exit-timeout-secs: how long a stopping server waits for in-flight requests
 KILL_GRACE_S = 3.0  # after that, how long we wait for it to exit before SIGKILL
 RESTART_KILL_S = 1.0  # a restart does not drain: the requests in flight fail anyway
+# How long a supervisor's reload of one model may take before it restarts the server instead.
+# A reload takes 5-15 s here; past this the server is taken for hung: the python backend can
+# abort the whole server (boost::interprocess::lock_exception in ModelInstanceExecute) when a
+# request reaches the instance of a stub that was killed holding its shared-memory lock, and an
+# aborting tritonserver may hang instead of exiting.
+RELOAD_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -481,9 +487,10 @@ class TritonServer:
         not ready. Triton unloads in the background once its in-flight requests are done."""
         self._post(f"/v2/repository/models/{name}/unload", timeout_s=30)
 
-    def load_model(self, name: str) -> None:
-        """(Re)load ``name`` from the repository and wait until it is loaded: new stub processes."""
-        self._post(f"/v2/repository/models/{name}/load", timeout_s=self.ready_timeout_s)
+    def load_model(self, name: str, timeout_s: float | None = None) -> None:
+        """(Re)load ``name`` from the repository and wait until it is loaded (at most ``timeout_s``,
+        default the readiness timeout): new stub processes."""
+        self._post(f"/v2/repository/models/{name}/load", timeout_s=timeout_s or self.ready_timeout_s)
 
     def is_decoupled(self, name: str) -> bool:
         """Whether the model's config says ``model_transaction_policy { decoupled: true }``."""
@@ -745,7 +752,7 @@ class Supervisor:
                 self.on_event(f"model {name}: unload failed ({exc}); loading it anyway")
         for name in models:
             try:
-                self.server.load_model(name)
+                self.server.load_model(name, timeout_s=RELOAD_TIMEOUT_S)
             except ServerError as exc:
                 if self._stop.is_set() or self.server.stopping:
                     raise
