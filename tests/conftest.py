@@ -88,3 +88,27 @@ def greedy_reference(target, prompt: str, num_tokens: int, penalties=None) -> li
 
 def decode(target, tokens) -> str:
     return target[1].decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+
+def stub_alive(pid: int) -> bool:
+    """A python-backend stub still runs as ``pid`` (not a zombie; pids are reused quickly here)."""
+    from pathlib import Path
+
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state not in "ZX" and b"triton_python_backend_stub" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def http_status(url: str, *, method: str = "GET", headers: dict[str, str] | None = None) -> int:
+    """The HTTP status of one request (POST with an empty body)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, method=method, headers=headers or {}, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code

@@ -13,13 +13,11 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import EXAMPLES
+from conftest import EXAMPLES, http_status, stub_alive
 
 from trt_spec.cli import main
 from trt_spec.cli.serve_cmds import default_log_file
@@ -115,15 +113,6 @@ def test_unknown_client_api_is_a_usage_error(tmp_path):
 # --- `trt-spec serve` against the real server ----------------------------------------------------
 
 
-def http_status(url: str, *, method: str = "GET") -> int:
-    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-
-
 def _server_pid(http_port: int) -> int:
     """The tritonserver process listening on ``http_port``, found by its command line."""
     for entry in Path("/proc").iterdir():
@@ -170,16 +159,7 @@ def test_serve_opens_only_the_apis_asked_for_keeps_its_log_and_stops_quickly(qui
     assert log.is_file() and "Started GRPCInferenceService" in log.read_text()  # kept after the stop
     present = {path.name for path in Path("/dev/shm").iterdir()}
     assert not {stub.region for stub in stubs.values()} & present
-    assert not [pid for pid in stubs if alive(pid)]
-
-
-def alive(pid: int) -> bool:
-    """A python-backend stub still runs as ``pid`` (not a zombie; pids are reused quickly here)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state not in "ZX" and b"triton_python_backend_stub" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
+    assert not [pid for pid in stubs if stub_alive(pid)]
 
 
 @needs_triton
@@ -229,5 +209,5 @@ def test_serve_exits_with_the_reason_when_tritonserver_itself_dies(quick_repo, t
             process.wait()
     stderr = process.stderr.read()
     assert "tritonserver exited with code -9" in stderr and f"(log: {log.resolve()})" in stderr
-    assert not [pid for pid in stubs if alive(pid)]
+    assert not [pid for pid in stubs if stub_alive(pid)]
     assert not {stub.region for stub in stubs.values()} & {path.name for path in Path("/dev/shm").iterdir()}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES
+from conftest import EXAMPLES, http_status, stub_alive
 
 from trt_spec.client import SpecClient
 from trt_spec.errors import ServerError
@@ -332,24 +332,6 @@ def test_a_killed_model_process_comes_back_under_load(supervised, model, errors_
 # --- hardened defaults and a bounded stop, on the same server ------------------------------------
 
 
-def alive(pid: int) -> bool:
-    """A python-backend stub still runs as ``pid`` (not a zombie; pids are reused quickly here)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state not in "ZX" and b"triton_python_backend_stub" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-def http_status(url: str, *, method: str = "GET", headers: dict[str, str] | None = None) -> int:
-    request = urllib.request.Request(url, method=method, headers=headers or {}, data=b"" if method == "POST" else None)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-
-
 RESTRICTED_URLS = [
     ("GET", "/v2/systemsharedmemory/status"),
     ("GET", "/v2/cudasharedmemory/status"),
@@ -420,7 +402,7 @@ def test_stop_with_a_request_stuck_on_a_dead_process_is_quick_and_removes_only_i
     thread.join(timeout=30)
     assert not thread.is_alive() and "error" in outcome  # the stuck request got an error at the stop
     assert not list(Path("/dev/shm").glob(f"{server.shm_prefix}*"))
-    assert not [pid for pid in stubs if alive(pid)]
+    assert not [pid for pid in stubs if stub_alive(pid)]
     assert log.is_file() and "Started GRPCInferenceService" in log.read_text()
     # The other server's regions are untouched, and it still serves.
     assert {stub.region for stub in other.stubs().values()} <= {p.name for p in Path("/dev/shm").iterdir()}

@@ -372,7 +372,7 @@ async def run_loop(
             )
             draft_tokens = output_tokens(outputs, settings.draft_model)[:num_draft_tokens]
             if want_logits and draft_tokens:
-                raw = _draft_logits(outputs, len(draft_tokens), settings.draft_model)
+                raw = _generation_logits(outputs, len(draft_tokens), settings.draft_model)
                 draft_logits = draft_distribution_logits(raw, request, sequence, draft_tokens)
         call_index += 1
         drafted = clock()
@@ -421,18 +421,10 @@ def draft_distribution_logits(
 ) -> np.ndarray:
     """``draft_logits`` for the target: logits whose plain softmax is the distribution the draft
     sampled its tokens from, since TensorRT-LLM's target applies nothing to what it is sent (module
-    docstring): the draft engine's adjustments (embedding bias, temperature, penalties, what is
-    left of min_tokens, bad words; row i after ``sequence + draft_tokens[:i]``), then top-k and
-    top-p, to its raw logits ``[k, V]``. Tokens the draft could not draw get a large negative
-    logit, not -inf (no inf - inf in a softmax kernel)."""
-    scores = adjusted_scores(
-        torch.from_numpy(raw_logits),
-        request.temperature_for_scores(),
-        request.penalties.after(len(sequence) - len(request.prompt)),
-        sequence,
-        draft_tokens,
-        request.end_id,
-    )
+    docstring): the draft engine's adjustments (:func:`_engine_scores`), then top-k and top-p, to
+    its raw logits ``[k, V]``. Tokens the draft could not draw get a large negative logit, not
+    -inf (no inf - inf in a softmax kernel)."""
+    scores = _engine_scores(raw_logits, request, sequence, draft_tokens)
     probs = filtered_softmax(scores, request.params.sampling)  # [k, V]
     logits = torch.where(probs > 0, probs.log(), torch.full_like(probs, MASKED_LOGIT))
     return np.ascontiguousarray(logits.numpy(), dtype=np.float32)  # [k, V]
@@ -442,10 +434,20 @@ def emitted_log_probs(
     raw_logits: np.ndarray, request: LoopRequest, sequence: Sequence[int], tokens: Sequence[int]
 ) -> list[float]:
     """The log probability of each emitted token under the target: log softmax of the target's
-    adjusted scores at its position (embedding bias, temperature, penalties, min_tokens, bad words;
-    greedy at temperature 1), before top-k and top-p, as TensorRT-LLM's sampling layers see them.
-    ``raw_logits`` ``[n, V]``: the target's raw logits at the tokens' positions after ``sequence``."""
-    scores = adjusted_scores(
+    adjusted scores at its position (:func:`_engine_scores`; greedy at temperature 1), before top-k
+    and top-p, as TensorRT-LLM's sampling layers see them. ``raw_logits`` ``[n, V]``: the target's
+    raw logits at the tokens' positions after ``sequence``."""
+    log_probs = _engine_scores(raw_logits, request, sequence, tokens).log_softmax(dim=-1)  # [n, V]
+    return [float(log_probs[row, token]) for row, token in enumerate(tokens)]
+
+
+def _engine_scores(
+    raw_logits: np.ndarray, request: LoopRequest, sequence: Sequence[int], tokens: Sequence[int]
+) -> torch.Tensor:
+    """What an engine call over ``sequence`` computes from its raw logits ``[n, V]`` before top-k
+    and top-p: embedding bias, temperature, penalties, what is left of min_tokens and bad words,
+    row i after ``tokens[:i]`` (penalties.py)."""
+    return adjusted_scores(
         torch.from_numpy(raw_logits),
         request.temperature_for_scores(),
         request.penalties.after(len(sequence) - len(request.prompt)),
@@ -453,12 +455,6 @@ def emitted_log_probs(
         tokens,
         request.end_id,
     )
-    log_probs = scores.log_softmax(dim=-1)  # [n, V]
-    return [float(log_probs[row, token]) for row, token in enumerate(tokens)]
-
-
-def _draft_logits(outputs: Mapping[str, np.ndarray], num_tokens: int, model: str) -> np.ndarray:
-    return _generation_logits(outputs, num_tokens, model)
 
 
 def _generation_logits(outputs: Mapping[str, np.ndarray], num_tokens: int, model: str) -> np.ndarray:

@@ -15,7 +15,8 @@ complete, valid tensors:
 - penalties (``repetition_penalty`` > 0, ``presence_penalty``, ``frequency_penalty``; absent =
   none), ``min_tokens`` (absent = 1, TensorRT-LLM's default), ``bad_words`` (each string's tokens,
   as TensorRT-LLM's preprocessing encodes them) and the embedding bias (every token of each
-  ``embedding_bias_words`` entry gets its weight, as TensorRT-LLM's ``_get_embedding_bias`` adds
+  ``embedding_bias_words`` entry gets its weight, as TensorRT-LLM's preprocessing adds
+  them (``triton_backend/all_models/inflight_batcher_llm/preprocessing/1/model.py``, ``_get_embedding_bias``)
   them; a ``[V]`` row, ``[0]`` when none) go to the loop, which applies them identically to the
   draft and the target (:mod:`trt_spec.runtime.penalties`); ``return_log_probs`` absent = false;
 - the inputs whose speculative treatment is not implemented (logits, perf metrics, prompt
