@@ -3,7 +3,7 @@ target on the same engine and against Hugging Face assisted generation on the sa
 
 Every number of a report comes from one run: end-to-end tokens per second per configuration,
 acceptance statistics, and the step times the cost model needs (t_1 and t_{K+1} of the target,
-t_d of the draft). Requests are timed end to end (prefill included), every configuration once
+t_d of the draft, both models' prefill of a prompt). Requests are timed end to end (prefill included), every configuration once
 per prompt and round in a rotating order, with a block of step timings after each round; all
 figures are means over the whole run. A shared machine's speed drifts; interleaving makes every
 configuration, and the cost model, see the same drift.
@@ -153,7 +153,11 @@ class _StepTimer:
         self.seconds: dict[tuple[str, int], float] = {}
         self.calls: dict[tuple[str, int], int] = {}
 
-    def measure(self, pair: TwinPair, context: list[int]) -> None:
+    def measure(self, pair: TwinPair, prompt: list[int], context: list[int]) -> None:
+        pair.target.reset()
+        pair.draft.reset()
+        self._time(("target prefill", 0), pair.target.logits, prompt, 1)
+        self._time(("draft prefill", 0), pair.draft.logits, prompt, 1)
         # Each call below recomputes exactly its last num_tokens positions: the cache holds the rest.
         pair.target.logits(context, 1)
         pair.draft.logits(context, 1)
@@ -179,6 +183,8 @@ class _StepTimer:
             target_1=mean[("target", 1)],
             target_by_num_tokens={k + 1: mean[("target", k + 1)] for k in self.ks},
             draft_by_k={k: mean[("draft", k)] for k in self.ks},
+            target_prefill=mean[("target prefill", 0)],
+            draft_prefill=mean[("draft prefill", 0)],
         )
 
 
@@ -205,7 +211,7 @@ def _run_temperature(
             shift = (index + repeat) % len(configurations)
             for name in configurations[shift:] + configurations[:shift]:
                 tallies[name].add(*_run_one(pair, prompt, name, temperature, config.max_new_tokens, seed))
-            step_timer.measure(pair, contexts[index])
+            step_timer.measure(pair, prompt, contexts[index])
         say(
             f"T={temperature:g} prompt {index + 1}/{len(prompts)} done; running tokens/s: "
             + ", ".join(f"{_label(name)} {tallies[name].tokens_per_s:.0f}" for name in configurations)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from trt_spec.bench.theory import (
     StepTimes,
-    cost_model_speedup,
+    run_cost_model_speedup,
     theoretical_tokens_per_call,
     theoretical_tokens_per_call_at_drafted,
 )
@@ -52,6 +52,7 @@ class Tally:
 
     tokens: int = 0
     seconds: float = 0.0  # summed per request, or per batch of concurrent requests
+    requests: int = 0
     stats: RequestStats = field(default_factory=RequestStats)
     results: list[RequestResult] = field(default_factory=list)
 
@@ -59,6 +60,7 @@ class Tally:
         """One in-process request; ``stats`` is None for a run without the loop's counters (HF)."""
         self.tokens += tokens
         self.seconds += seconds
+        self.requests += 1
         if stats is not None:
             total = self.stats
             total.iterations += stats.iterations
@@ -76,6 +78,7 @@ class Tally:
         self.results += results
         self.tokens += sum(result.tokens for result in results)
         self.seconds += seconds
+        self.requests += len(results)
 
     @property
     def tokens_per_s(self) -> float:
@@ -178,7 +181,7 @@ class FixedRow(Row):
             tokens_per_target_call=stats.tokens_per_target_call,
             theoretical_tokens_per_target_call=theoretical_tokens_per_call(stats.alpha, k),
             hf_assisted_tokens_per_s=hf.tokens_per_s if hf else None,
-            cost_model_speedup=cost_model_speedup(stats.alpha, k, step_times),
+            cost_model_speedup=run_cost_model_speedup(k, step_times, spec.tokens, stats.target_calls, spec.requests),
             theoretical_tokens_per_target_call_at_drafted=theoretical_tokens_per_call_at_drafted(stats.alpha, stats),
             t_1_ms=_ms(step_times.target_1),
             t_d_ms=_ms(step_times.draft_by_k[k]),

@@ -30,6 +30,8 @@ class StepTimes:
     target_1: float
     target_by_num_tokens: dict[int, float]  # K + 1 -> t_{K+1}
     draft_by_k: dict[int, float]  # K -> t_d
+    target_prefill: float = 0.0  # a prompt's first target call (bench: its packaged prompts)
+    draft_prefill: float = 0.0  # the same prompt's first draft call
 
     @property
     def draft_1(self) -> float:
@@ -64,6 +66,28 @@ def cost_model_speedup(alpha: float, num_draft_tokens: int, step_times: StepTime
     t_draft = step_times.draft_by_k.get(num_draft_tokens, step_times.draft_1)
     step = num_draft_tokens * t_draft + step_times.target_by_num_tokens[num_draft_tokens + 1]
     return expected * step_times.target_1 / step
+
+
+def run_cost_model_speedup(k: int, step_times: StepTimes, tokens: int, target_calls: int, requests: int) -> float:
+    """The cost model fed one run's own counts: what plain decoding of ``tokens`` tokens costs in
+    target calls over what the speculative run's ``target_calls`` cost in draft and target calls,
+    each of the ``requests`` prefilling its prompt (what ``bench`` times, end to end), i.e. the
+    speedup the run would have shown had the loop cost nothing besides its engine calls. Its tokens
+    per target call are the run's, not alpha's i.i.d. theory (the theory column compares those).
+
+    plain = R P_t + (N - R) t_1 (the first token comes with the prefill);
+    spec  = R (P_t + P_d) + R (K - 1) t_d + (C - R)(K t_d + t_{K+1}) (a request's first step drafts
+    after the draft's prefill and verifies within the target's).
+    """
+    t_draft = step_times.draft_by_k.get(k, step_times.draft_1)
+    prefill = requests * step_times.target_prefill
+    plain = prefill + (tokens - requests) * step_times.target_1
+    spec = (
+        prefill
+        + requests * (step_times.draft_prefill + (k - 1) * t_draft)
+        + (target_calls - requests) * (k * t_draft + step_times.target_by_num_tokens[k + 1])
+    )
+    return plain / spec
 
 
 def walltime_improvement(alpha: float, num_draft_tokens: int, cost_ratio: float) -> float:

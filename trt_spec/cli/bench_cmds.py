@@ -274,10 +274,12 @@ def format_table(report: BenchReport) -> str:
     times = report.step_times
     lines += [
         "",
-        f"K = 'Na': adaptive K up to N. bound: the cost model E * t_1 / (K t_d + t_(K+1)), "
-        f"t_1 {times.target_1 * 1e3:.2f} ms, t_d {times.draft_1 * 1e3:.2f} ms, t_(K+1) "
+        f"K = 'Na': adaptive K up to N. bound: the cost model fed the run's tokens per target call "
+        f"(E t_1 / (K t_d + t_(K+1)), prefills included): the speedup if the loop cost nothing but its "
+        f"engine calls; t_1 {times.target_1 * 1e3:.2f} ms, t_d {times.draft_1 * 1e3:.2f} ms, t_(K+1) "
         + " ".join(f"{n}:{t * 1e3:.2f}" for n, t in sorted(times.target_by_num_tokens.items()))
-        + f" ms; {report.runner} runner, {report.threads} threads, {report.seconds:.0f} s",
+        + f" ms, prefill of a prompt {times.target_prefill * 1e3:.1f} ms (target) {times.draft_prefill * 1e3:.1f} ms"
+        f" (draft); {report.runner} runner, {report.threads} threads, {report.seconds:.0f} s",
     ]
     return "\n".join(lines)
 

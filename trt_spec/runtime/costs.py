@@ -18,7 +18,7 @@ class StepCosts:
     """A deployment's step costs relative to one target step t_1, fixed for the deployment: what
     adaptive K weighs acceptance against. ``draft`` = t_d / t_1; ``verify_slope`` = what each
     verified position adds, (t_{K+1} - t_1) / (K t_1): near 0 on a GPU (a decode step is
-    memory-bound), ~0.3 on a CPU (measured: ``DEFAULT_STEP_COSTS``).
+    memory-bound), and about as small for the PyTorch twin on a CPU (measured: ``CPU_VERIFY_SLOPE``).
 
     Fixed rather than measured per request on purpose: K chosen from step times measured under
     load would run other K sequences, so other verification widths, and in floating point a
@@ -44,7 +44,8 @@ class StepCosts:
         return expected_tokens_per_call(alpha, k) / (k * self.draft + 1 + k * self.verify_slope)
 
 
-# The PyTorch twin on a CPU (bench --local, wide demo pair, one thread: t_5 = 2.2 t_1, so each
-# verified position adds ~0.3 t_1; t_d / t_1 = 0.08, its parameter ratio 0.065).
-CPU_VERIFY_SLOPE = 0.3
+# The PyTorch twin on a CPU with its oneDNN projections (torch_engine._Linear; bench --local, wide
+# demo pair, 2 threads: t_5 = 1.03 t_1, t_7 = 1.12 t_1, so each verified position adds ~0.02 t_1;
+# on MKL's kernels it was ~0.3). t_d / t_1 measured 0.10-0.12 there, its parameter ratio 0.046.
+CPU_VERIFY_SLOPE = 0.02
 DEFAULT_STEP_COSTS = StepCosts(draft=0.1, verify_slope=CPU_VERIFY_SLOPE)
