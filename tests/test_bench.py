@@ -43,6 +43,24 @@ def test_cost_model_speedup():
     assert times.cost_ratio == pytest.approx(0.1)
 
 
+def test_run_cost_model_counts_prefill_and_the_runs_own_calls():
+    from trt_spec.bench.theory import run_cost_model_speedup
+
+    times = StepTimes(
+        target_1=0.010, target_by_num_tokens={5: 0.012}, draft_by_k={4: 0.001}, target_prefill=0.05, draft_prefill=0.01
+    )
+    # 2 requests of 60 tokens in 20 target calls: plain 2 prefills + 118 steps; speculative 2 prefills
+    # of both models, 3 more drafts in each first step, then 18 full steps of 4 drafts + a 5-token verify.
+    plain = 2 * 0.05 + 118 * 0.010
+    spec = 2 * (0.05 + 0.01) + 2 * 3 * 0.001 + 18 * (4 * 0.001 + 0.012)
+    assert run_cost_model_speedup(4, times, tokens=120, target_calls=20, requests=2) == pytest.approx(plain / spec)
+    # Without prefills it is the step model at the run's tokens per call (up to each request's first step).
+    bare = StepTimes(target_1=0.010, target_by_num_tokens={5: 0.012}, draft_by_k={4: 0.001})
+    assert run_cost_model_speedup(4, bare, tokens=3000, target_calls=1000, requests=1) == pytest.approx(
+        3 * 0.010 / (4 * 0.001 + 0.012), rel=2e-3
+    )
+
+
 def test_prompts_come_from_held_out_files():
     held_out = set(json.loads((DEMO_PAIR / "PROVENANCE.json").read_text())["held_out_files"])
     prompts = load_prompt_texts()

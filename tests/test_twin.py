@@ -125,6 +125,40 @@ def test_engine_logits_match_a_full_forward_through_crops(target_model, runner):
     assert torch.allclose(engine.logits(other, 4), target_model(torch.tensor([other])).logits[0], atol=1e-4)
 
 
+@pytest.mark.parametrize("kernel", ["onednn", "blas"])
+def test_projection_kernels_compute_nn_linear(kernel, monkeypatch):
+    from trt_spec.runtime import torch_engine
+
+    # Every weight on the chosen kernel, whatever its size.
+    monkeypatch.setattr(torch_engine._Linear, "ONEDNN_MIN_ELEMENTS", 0 if kernel == "onednn" else 1 << 62)
+    torch.manual_seed(0)
+    first, second, bias = torch.randn(48, 40), torch.randn(24, 40), torch.randn(72)
+    linear = torch_engine._Linear([first, second], bias)
+    weight = torch.cat([first, second])
+    if kernel == "onednn" and not torch_engine._onednn_suits(weight):
+        pytest.skip("this torch build has no oneDNN prepacked linear")
+    assert (linear.packed is not None) == (kernel == "onednn")
+    for rows in (1, 2, 5, 8):  # one-token steps and verifications
+        x, residual = torch.randn(rows, 40), torch.randn(rows, 72)
+        expected = torch.nn.functional.linear(x, weight, bias)
+        assert torch.allclose(linear(x), expected, atol=1e-5)
+        assert torch.allclose(linear(x, residual=residual), expected + residual, atol=1e-5)
+
+
+def test_llama_runner_on_onednn_matches_a_full_forward(target_model, monkeypatch):
+    from trt_spec.runtime import torch_engine
+
+    monkeypatch.setattr(torch_engine._Linear, "ONEDNN_MIN_ELEMENTS", 0)
+    engine = TorchCausalLM(target_model, runner="llama")
+    if engine.runner.layers[0].qkv.packed is None:
+        pytest.skip("this torch build has no oneDNN prepacked linear")
+    sequence = PROMPT + [3, 4, 5, 6, 7]
+    with torch.inference_mode():
+        full = target_model(torch.tensor([sequence])).logits[0]  # [L, V]
+    assert torch.allclose(engine.logits(sequence[:-4], 1), full[-5:-4], atol=1e-4)
+    assert torch.allclose(engine.logits(sequence, 4), full[-4:], atol=1e-4)  # a verification's rows
+
+
 def test_engine_reuses_the_cache(target_model):
     engine = TorchCausalLM(target_model, runner="llama")
     forwarded = []
