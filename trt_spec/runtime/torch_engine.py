@@ -355,7 +355,7 @@ class _Linear:
     ONEDNN_MIN_ELEMENTS = 1 << 18  # 1 MiB of float32: below it MKL's lower call cost wins
 
     def __init__(self, weights: list[torch.Tensor], bias: torch.Tensor | None):
-        weight = torch.cat(weights)  # [out, in]
+        weight = torch.cat(weights).detach()  # [out, in]; no autograd history to keep
         self.bias = bias
         self.packed: torch.Tensor | None = None
         self.input_major: torch.Tensor | None = None
