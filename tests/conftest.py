@@ -112,3 +112,12 @@ def http_status(url: str, *, method: str = "GET", headers: dict[str, str] | None
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code
+
+
+def broken_repo(root: Path) -> Path:
+    """A model repository ``root`` whose one python model raises while loading; returns ``root``."""
+    model = root / "broken"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text('name: "broken"\nbackend: "python"\nmax_batch_size: 1\n')
+    (model / "1" / "model.py").write_text("raise RuntimeError('boom at load')\n")
+    return root

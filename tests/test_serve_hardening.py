@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import EXAMPLES, http_status, stub_alive
+from conftest import EXAMPLES, broken_repo, http_status, stub_alive
 
 from trt_spec.cli import main
 from trt_spec.cli.serve_cmds import default_log_file
@@ -164,11 +164,7 @@ def test_serve_opens_only_the_apis_asked_for_keeps_its_log_and_stops_quickly(qui
 
 @needs_triton
 def test_a_failed_start_names_a_log_that_exists(tmp_path):
-    bad = tmp_path / "repo" / "broken"
-    bad.mkdir(parents=True)
-    (bad / "config.pbtxt").write_text('name: "broken"\nbackend: "python"\nmax_batch_size: 1\n')
-    (bad / "1").mkdir()
-    (bad / "1" / "model.py").write_text("raise RuntimeError('boom at load')\n")
+    broken_repo(tmp_path / "repo")
     result = subprocess.run(
         [TRT_SPEC, "serve", "--repo", str(tmp_path / "repo"), "--ready-timeout", "60"]
         + [f"--{name}-port={free_port()}" for name in ("grpc", "http", "metrics")],

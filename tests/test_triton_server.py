@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import broken_repo
 
 from trt_spec.repository.writer import write_repository
 from trt_spec.runtime import tensors as T
@@ -197,11 +198,7 @@ def test_serve_reports_ready_and_stops_on_sigterm(repo):
 
 
 def test_serve_reports_a_failed_load(tmp_path):
-    bad = tmp_path / "repo" / "broken"
-    bad.mkdir(parents=True)
-    (bad / "config.pbtxt").write_text('name: "broken"\nbackend: "python"\nmax_batch_size: 1\n')
-    (bad / "1").mkdir()
-    (bad / "1" / "model.py").write_text("raise RuntimeError('boom at load')\n")
+    broken_repo(tmp_path / "repo")
     result = subprocess.run(
         [
             TRT_SPEC,

@@ -38,6 +38,10 @@ class StepTimes:
         """t_d averaged over the K measured."""
         return sum(self.draft_by_k.values()) / len(self.draft_by_k)
 
+    def draft_at(self, num_draft_tokens: int) -> float:
+        """t_d as measured in rounds of K drafts, or the mean over the K measured."""
+        return self.draft_by_k.get(num_draft_tokens, self.draft_1)
+
     @property
     def cost_ratio(self) -> float:
         """c = t_d / t_1."""
@@ -63,7 +67,7 @@ def theoretical_tokens_per_call_at_drafted(alpha: float, stats: RequestStats) ->
 def cost_model_speedup(alpha: float, num_draft_tokens: int, step_times: StepTimes) -> float:
     """E * t_1 / (K * t_d + t_{K+1}): the speedup over plain decoding if the loop cost nothing."""
     expected = theoretical_tokens_per_call(alpha, num_draft_tokens)
-    t_draft = step_times.draft_by_k.get(num_draft_tokens, step_times.draft_1)
+    t_draft = step_times.draft_at(num_draft_tokens)
     step = num_draft_tokens * t_draft + step_times.target_by_num_tokens[num_draft_tokens + 1]
     return expected * step_times.target_1 / step
 
@@ -79,7 +83,7 @@ def run_cost_model_speedup(k: int, step_times: StepTimes, tokens: int, target_ca
     spec  = R (P_t + P_d) + R (K - 1) t_d + (C - R)(K t_d + t_{K+1}) (a request's first step drafts
     after the draft's prefill and verifies within the target's).
     """
-    t_draft = step_times.draft_by_k.get(k, step_times.draft_1)
+    t_draft = step_times.draft_at(k)
     prefill = requests * step_times.target_prefill
     plain = prefill + (tokens - requests) * step_times.target_1
     spec = (
@@ -115,7 +119,7 @@ def cost_model_rows(alpha: float, step_times: StepTimes, ks: Iterable[int]) -> l
     """:func:`cost_model_speedup` and its parts for each K in ``ks`` (each needs its t_(K+1))."""
     rows = []
     for k in ks:
-        t_draft = step_times.draft_by_k.get(k, step_times.draft_1)
+        t_draft = step_times.draft_at(k)
         rows.append(
             CostModelRow(
                 k=k,
