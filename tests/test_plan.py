@@ -49,8 +49,9 @@ def test_target_and_draft_argv_70b():
         assert flag(argv, "--gemm_plugin") == "float16"
         assert flag(argv, "--use_paged_context_fmha") == "enable"
         assert flag(argv, "--max_batch_size") == "8"
-        assert flag(argv, "--max_input_len") == "4096"
+        assert flag(argv, "--max_input_len") == "8191"  # the loop resends the sequence: max_seq_len - 1
         assert flag(argv, "--max_seq_len") == "8192"
+        assert flag(argv, "--tokens_per_block") == "64"
         assert int(flag(argv, "--max_num_tokens")) >= 8 * (5 + 1)
         assert int(flag(argv, "--workers")) <= tp
         assert "--gather_generation_logits" not in argv  # greedy acceptance
@@ -212,3 +213,26 @@ def test_plan_cli_projection_options_and_json():
     assert projection["rows"][1]["tokens_per_target_call"] == pytest.approx(1.75)  # 1 + 0.5 + 0.25
     bad = CliRunner().invoke(main, ["plan", "--spec", str(EXAMPLES / "llama70b-1b-4xh100.yaml"), "--alpha", "2"])
     assert bad.exit_code == 2 and "--alpha" in bad.output
+
+
+def test_the_engines_take_every_sequence_the_loop_sends_and_the_memory_plan_holds_it():
+    """The longest call of a request that reaches max_seq_len: its last verification sends
+    max_seq_len - 1 - k tokens plus k drafts; a draft call sends at most max_seq_len - 2. Both are
+    within the engines' input limit, so LlmRequest::validate neither refuses nor trims them, and
+    the KV cache of each sequence (max_seq_len + K) is what the memory plan sizes."""
+    from trt_spec.serving.emulation import engine_facts
+
+    spec = load_spec(EXAMPLES / "llama70b-1b-4xh100.yaml")
+    plan = make_plan(spec)
+    max_seq_len, k = spec.engine.max_seq_len, spec.num_draft_tokens
+    # What the emulator takes the built engines to be (hf_model_dir aside: nothing is downloaded here).
+    facts = engine_facts(spec, "target", plan, hf_model_dir="unused")
+    assert facts.max_input_len == int(plan.target.build_argv[plan.target.build_argv.index("--max_input_len") + 1])
+    for drafts in range(k + 1):
+        sequence = max_seq_len - 1 - drafts  # the loop's clamp: sequence + drafts + 1 <= max_seq_len
+        assert sequence + drafts <= facts.max_input_len  # not refused, no draft trimmed
+        # validate's clamp: prompt + request_output_len + drafts per step (max_draft_len when none).
+        per_step = drafts if drafts else k
+        assert sequence + (drafts + 1) + per_step <= facts.max_seq_len  # the output is not clamped
+    assert plan.memory.tokens_per_sequence == max_seq_len + k
+    assert any("max_seq_len - 1" in note for note in plan.notes)

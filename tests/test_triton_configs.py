@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2
 
 from trt_spec.errors import EngineMismatchError, RepositoryError
 from trt_spec.layout import engine_dir
-from trt_spec.plan import make_plan
+from trt_spec.plan import engine_max_input_len, make_plan
 from trt_spec.repository import configs
 from trt_spec.repository.writer import write_repository
 from trt_spec.runtime import tensors as T
@@ -229,7 +229,7 @@ def _fake_engine(spec, role: str, **build_overrides) -> Path:
     directory.mkdir(parents=True)
     build = {
         "max_batch_size": spec.engine.max_batch_size,
-        "max_input_len": spec.engine.max_input_len,
+        "max_input_len": engine_max_input_len(spec),  # as plan builds it: what the loop resends
         "max_seq_len": spec.engine.max_seq_len + (spec.num_draft_tokens if role == "target" else 0),
         "max_draft_len": spec.num_draft_tokens if role == "target" else 0,
         "gather_generation_logits": spec.speculative.acceptance == "probabilistic",
@@ -264,6 +264,7 @@ def test_without_engines_the_plan_is_used_and_said_so(demo_spec, tmp_path):
         ("target", {"max_draft_len": 2}, "build_config.max_draft_len"),
         ("draft", {"vocab_size": 32000}, "pretrained_config.vocab_size"),
         ("target", {"max_input_len": 128}, "build_config.max_input_len"),
+        ("draft", {"max_input_len": 512}, "build_config.max_input_len"),  # the spec's max_input_len: too short
     ],
 )
 def test_engines_that_disagree_with_the_spec_are_refused(demo_spec, tmp_path, role, override, key):

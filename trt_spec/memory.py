@@ -35,7 +35,7 @@ GPU_CAPACITY_BYTES = {"h100": 81_559 * MIB, "h200": 143_771 * MIB}
 
 RUNTIME_OVERHEAD_BYTES = 1 * GIB  # per engine per GPU: CUDA context, cuBLAS and NCCL workspaces
 HEADROOM_FRACTION = 0.05  # of each GPU, never planned for
-KV_BLOCK_TOKENS = 64  # TensorRT-LLM's default tokens_per_block; budgets are whole blocks
+KV_BLOCK_TOKENS = 64  # the engines' tokens_per_block (plan passes it to trtllm-build); budgets are whole blocks
 LOGITS_BYTES = 4  # generation logits are float32
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2}
 

@@ -14,7 +14,7 @@ from typing import Any
 from trt_spec.checkpoints.config import ModelInfo, load_model_info
 from trt_spec.errors import PlanError
 from trt_spec.layout import ROLES, engine_dir, trtllm_checkpoint_dir
-from trt_spec.memory import MemoryPlan, engine_memory, format_bytes, place
+from trt_spec.memory import KV_BLOCK_TOKENS, MemoryPlan, engine_memory, format_bytes, place
 from trt_spec.spec import TP_SIZES, Spec
 
 TRTLLM_VERSION_LINE = "1.2"  # the release line whose trtllm-build flags we emit
@@ -71,6 +71,7 @@ class Plan:
     draft: EnginePlan
     memory: MemoryPlan
     warnings: tuple[str, ...]
+    notes: tuple[str, ...] = ()  # why a derived value differs from the spec's, one line each
 
     def engine(self, role: str) -> EnginePlan:
         return {"target": self.target, "draft": self.draft}[role]
@@ -85,6 +86,7 @@ class Plan:
             "draft": self.draft.to_json(),
             "memory": self.memory.to_json(),
             "warnings": list(self.warnings),
+            "notes": list(self.notes),
         }
 
 
@@ -109,7 +111,30 @@ def make_plan(spec: Spec, target: ModelInfo | None = None, draft: ModelInfo | No
         draft=engines["draft"],
         memory=memory,
         warnings=tuple(_warnings(spec, memory)),
+        notes=(input_len_note(spec),),
     )
+
+
+def input_len_note(spec: Spec) -> str:
+    """Why the engines' input limit is not the spec's max_input_len (``plan`` and ``check`` print it)."""
+    return (
+        f"engines take inputs up to {engine_max_input_len(spec)} tokens (max_seq_len - 1), not max_input_len "
+        f"{spec.engine.max_input_len}: each loop iteration resends prompt + output as a new request (the KV cache "
+        f"reuses what it has seen); max_input_len stays the longest prompt a client may send"
+    )
+
+
+def engine_max_input_len(spec: Spec) -> int:
+    """The engines' ``--max_input_len``: the longest sequence the loop sends, not the longest prompt.
+
+    Every loop iteration is a new executor request whose prompt is the whole sequence so far
+    (prompt + output; KV-cache reuse recomputes only what is new), and ``LlmRequest::validate``
+    refuses a prompt over ``max_input_len`` and discards the drafts that pass it. A request may
+    grow to ``max_seq_len`` tokens and its last step adds at least one, so the sequence sent plus
+    its drafts is at most ``max_seq_len - 1`` tokens. The spec's ``max_input_len`` stays the
+    longest prompt a client may send (preprocessing checks it)."""
+    # Source: NVIDIA/TensorRT-LLM@119c6e60e65e5ecec4e97afdb6ea584f674aed24:cpp/tensorrt_llm/batch_manager/llmRequest.cpp LlmRequest::validate
+    return spec.engine.max_seq_len - 1
 
 
 def max_num_tokens(spec: Spec) -> int:
@@ -133,11 +158,14 @@ def _engine_plan(spec: Spec, role: str, model: ModelInfo) -> EnginePlan:
         "--output_dir", str(output_dir),
         "--gemm_plugin", engine.dtype,
         "--kv_cache_type", "paged",
+        # Explicit, not the release's default: the memory plan's blocks and the scheduler's chunk unit.
+        "--tokens_per_block", str(KV_BLOCK_TOKENS),
         # The loop resends the prefix every iteration; paged context FMHA makes KV-cache reuse
         # (and chunked context) possible.
         "--use_paged_context_fmha", "enable",
         "--max_batch_size", str(engine.max_batch_size),
-        "--max_input_len", str(engine.max_input_len),
+        # What the loop resends, not the longest prompt (engine_max_input_len).
+        "--max_input_len", str(engine_max_input_len(spec)),
         # The builder adds max_draft_len to the target's max_seq_len itself.
         "--max_seq_len", str(engine.max_seq_len),
         "--max_num_tokens", str(num_tokens),

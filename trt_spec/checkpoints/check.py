@@ -271,7 +271,8 @@ def _check_memory(spec: Spec) -> list[CheckRow]:
         f"draft {format_bytes(gpu0.draft_fixed)} (weights, activations, runtime) and KV cache for "
         f"{memory.kv_tokens} tokens ({memory.full_sequences} sequences of max_seq_len + K)"
     )
-    return [CheckRow("memory", OK, detail)] + [CheckRow("memory", WARN, warning) for warning in plan.warnings]
+    rows = [CheckRow("memory", OK, detail)] + [CheckRow("memory", WARN, warning) for warning in plan.warnings]
+    return rows + [CheckRow("lengths", OK, note) for note in plan.notes]
 
 
 def _positions_needed(spec: Spec, role: str) -> int:

@@ -121,6 +121,7 @@ def render_plan(the_plan: Plan, spec_path: str, projection: Projection | None = 
         f"{memory.full_sequences:,} sequences of max_seq_len + K = {memory.tokens_per_sequence:,} tokens"
     )
     lines += [f"warning: {warning}" for warning in the_plan.warnings]
+    lines += [f"note: {note}" for note in the_plan.notes]
     if projection is not None:
         lines += ["", *render_projection(projection)]
     lines += ["", *render_steps(the_plan, spec_path)]

@@ -26,7 +26,7 @@ from trt_spec import atomic
 from trt_spec.errors import EngineMismatchError, RepositoryError
 from trt_spec.layout import engine_dir
 from trt_spec.memory import rank_params
-from trt_spec.plan import Plan
+from trt_spec.plan import Plan, engine_max_input_len
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import CPU_VERIFY_SLOPE, DEFAULT_STEP_COSTS, StepCosts
 from trt_spec.runtime.parameters import (
@@ -239,9 +239,13 @@ def check_engines(plan: Plan, settings: RepositorySettings) -> list[str]:
                 settings.max_batch_size,
                 "engine.max_batch_size",
             )
-        if (build.get("max_input_len") or 0) < settings.max_input_len:
+        if (build.get("max_input_len") or 0) < engine_max_input_len(spec):
+            # The loop resends the whole sequence (plan.engine_max_input_len): max_seq_len - 1.
             refuse(
-                "build_config.max_input_len", build.get("max_input_len"), settings.max_input_len, "engine.max_input_len"
+                "build_config.max_input_len",
+                build.get("max_input_len"),
+                engine_max_input_len(spec),
+                "engine.max_seq_len",
             )
         if (build.get("max_seq_len") or 0) < settings.max_seq_len:
             refuse("build_config.max_seq_len", build.get("max_seq_len"), settings.max_seq_len, "engine.max_seq_len")
