@@ -157,11 +157,13 @@ def test_the_copy_carries_the_emulator_and_the_planned_engines(spec, served):
             role=role,
             hf_model_dir=str(DEMO_PAIR / role),
             max_batch_size=spec.engine.max_batch_size,
-            max_input_len=spec.engine.max_input_len,
+            max_input_len=spec.engine.max_seq_len - 1,  # what the loop resends, as plan builds it
             max_seq_len=spec.engine.max_seq_len + k,  # trtllm-build adds K to the target's
             max_draft_len=k,
             vocab_size=plan.target.model.vocab_size,
             gather_generation_logits=False,  # the demo spec's acceptance is greedy
+            max_num_tokens=plan.engine(role).max_num_tokens,
+            tokens_per_block=64,  # plan's --tokens_per_block
         )
 
 
@@ -221,7 +223,7 @@ def glue(served):
     logged: list[str] = []
     fake = types.ModuleType("triton_python_backend_utils")
     fake.Tensor, fake.TritonError, fake.InferenceResponse = _Tensor, _Error, _Response
-    fake.Logger = types.SimpleNamespace(log_warn=logged.append)
+    fake.Logger = types.SimpleNamespace(log_warn=logged.append, log_info=logged.append)
     saved_module, saved_path = sys.modules.get(fake.__name__), list(sys.path)
     sys.modules[fake.__name__] = fake
     try:

@@ -206,9 +206,40 @@ def test_a_config_without_parameters_fails(written_configs, models):
     raises(f"{LOAD}Model config doesn't have a parameters section", load, written_configs, models, config=config)
 
 
-@pytest.mark.parametrize("value", ["V1", "v1", "inflight_batching", "inflight_fused_batching"])
+@pytest.mark.parametrize("value", ["inflight_batching", "inflight_fused_batching"])
 def test_gpt_model_type_accepted_values(written_configs, models, value):
     load(written_configs, models, config=with_parameters(written_configs["target"], gpt_model_type=value))
+
+
+@pytest.mark.parametrize("value", ["V1", "v1"])
+def test_static_batching_parses_but_the_executor_refuses_it(written_configs, models, value):
+    raises(
+        f"{LOAD}Static batching type is deprecated. Please use in-flight batching with "
+        "CapacitySchedulerPolicy::kSTATIC_BATCH instead.",
+        load,
+        written_configs,
+        models,
+        config=with_parameters(written_configs["target"], gpt_model_type=value),
+    )
+
+
+def test_kv_cache_blocks_must_be_onboarded_with_paged_context_fmha(written_configs, models):
+    config = with_parameters(written_configs["draft"], kv_cache_onboard_blocks="false")
+    message = f"{LOAD}{ASSERT}KV cache blocks need to be onboarded if context FMHA."
+    raises(message, load, written_configs, models, "draft", config)
+
+
+@pytest.mark.parametrize(
+    ("fraction", "message"),
+    [
+        ("0.5", "Do not set crossKvCacheFraction for decoder-only model"),
+        ("0", "crossKvCacheFraction > 0.F"),
+        ("1.0", "crossKvCacheFraction < 1.F"),
+    ],
+)
+def test_a_cross_kv_cache_fraction_is_refused_on_a_decoder_only_model(written_configs, models, fraction, message):
+    config = with_parameters(written_configs["target"], cross_kv_cache_fraction=fraction)
+    raises(f"{LOAD}{ASSERT}{message}", load, written_configs, models, config=config)
 
 
 @pytest.mark.parametrize("value", ["${batching_strategy}", "inflight", ""])
@@ -626,6 +657,31 @@ def test_generation_logits_are_the_raw_logits_when_asked_for(draft, models):
     assert torch.allclose(torch.from_numpy(logits[0, 0]), torch.stack(reference_logits), atol=1e-4)
     assert "generation_logits" not in draft.execute(request(PROMPT, 3, return_generation_logits=True), OUTPUTS)
     assert "generation_logits" not in draft.execute(request(PROMPT, 3), [*OUTPUTS, "generation_logits"])
+
+
+def test_a_verification_returns_one_logits_row_per_token_added(target, models):
+    reference, _ = reference_greedy(models["target"], PROMPT, K + 1)
+    wanted = [*OUTPUTS, "generation_logits"]
+    inputs = request(PROMPT, K + 1, draft_input_ids=drafts(reference[:K]), return_generation_logits=True)
+    assert target.execute(inputs, wanted)["generation_logits"].shape == (1, 1, K + 1, VOCAB)
+    at_eos = dict(inputs, end_id=scalar(reference[2], np.int32))  # two accepted, then end_id
+    assert target.execute(at_eos, wanted)["generation_logits"].shape == (1, 1, 2, VOCAB)
+    first = dict(inputs, end_id=scalar(reference[0], np.int32), min_tokens=scalar(0, np.int32))
+    outputs = target.execute(first, wanted)  # end_id first: nothing added, no rows
+    assert generated(outputs) == [] and outputs["generation_logits"].shape == (1, 1, 0, VOCAB)
+
+
+def test_perf_metrics_count_the_drafts_verified(target, models):
+    reference, _ = reference_greedy(models["target"], PROMPT, K + 1)
+    names = [*OUTPUTS, "total_draft_tokens", "total_accepted_draft_tokens", "acceptance_rate"]
+    wrong = reference[:2] + [(reference[2] + 1) % VOCAB, reference[3]]
+    inputs = request(PROMPT, 1, draft_input_ids=drafts(wrong))
+    inputs["return_perf_metrics"] = scalar(True, bool)
+    outputs = target.execute(inputs, names)
+    assert generated(outputs) == reference[:3]
+    assert [outputs[name].reshape(-1)[0].item() for name in names[2:]] == [K, 2, pytest.approx(0.5)]
+    del inputs["return_perf_metrics"]
+    assert set(target.execute(inputs, names)) == set(OUTPUTS)  # asked for, but not sent without the flag
 
 
 def test_generation_logits_need_an_engine_that_gathers_them(written_configs, models):

@@ -48,6 +48,10 @@ class PrefixCachePool:
     def __len__(self) -> int:
         return len(self._engines)
 
+    def longest_cached_prefix(self, sequence: Sequence[int]) -> int:
+        """Tokens of ``sequence`` some cache already holds (what a KV-cache lookup would reuse)."""
+        return max(common_prefix_length(engine.cached_tokens, sequence) for engine in self._engines)
+
     def engine_for(self, sequence: Sequence[int]) -> TorchCausalLM:
         """The engine (cache) to run ``sequence`` on; it becomes the most recently used."""
         shared = [common_prefix_length(engine.cached_tokens, sequence) for engine in self._engines]

@@ -21,11 +21,17 @@ What a request goes through, stage by stage, and how each stage's errors reach a
 3. **executor**: the executor's validation of a new request (``LlmRequest::validate`` and
    ``Executor::Impl::fetchNewRequests``), then the decoder's setup (the draft logits' copy). A
    failure is ``Executor failed process requestId <n> due to the following error: <where>: <what>``.
-4. **run**: decoding (:func:`decode_tokens`), or one external-draft-tokens verification step
+4. **schedule**: the requests that reached the executor together (one Triton batch) go through
+   its steps as :mod:`trt_spec.runtime.trtllm_scheduler` models them: within ``max_batch_size``
+   and ``max_num_tokens``, chunked context as configured, and a target request's drafts discarded
+   where ``fitDraftTokens`` discards them. A failed scheduling check fails every request of the
+   batch, as it fails every active request upstream.
+5. **run**: decoding (:func:`decode_tokens`), or one external-draft-tokens verification step
    (:func:`verify_drafts`) over the model's logits, with KV caches reused by token prefix
    (:class:`~trt_spec.runtime.prefix_cache.PrefixCachePool`).
-5. **response** (``fillTritonResponse``): the output tensors. A failure is
-   ``Error encountered while populating response: <what>``.
+6. **response** (``fillTritonResponse``): the output tensors, and with ``return_perf_metrics``
+   the speculative-decoding counts (``total_draft_tokens``: the drafts verified, after any
+   discarded). A failure is ``Error encountered while populating response: <what>``.
 
 Message texts are upstream's: a ``TLLM_CHECK`` failure reads ``[TensorRT-LLM][ERROR] Assertion
 failed: <info>``; the `` (<file>:<line>)`` and stack trace that ``TllmException`` appends to
@@ -39,12 +45,13 @@ ban-words layers do, per position (:mod:`trt_spec.runtime.penalties` cites the k
 
 Not emulated: the engine directory (``gpt_model_path`` is not checked to exist: there is no
 engine on a CPU), beam search, streaming and batched requests in decoupled mode, ``len_penalty``,
-guided decoding, LoRA, log probs (``output_log_probs``), perf metrics (``return_perf_metrics``: the
-``kv_cache_*`` outputs are never sent), context logits, chunked-context draft trimming under
-load, orchestrator mode, FP16 arithmetic (probabilities are float32 whatever the engine dtype).
+guided decoding, LoRA, log probs (``output_log_probs``), perf metrics other than the speculative
+counts (the ``kv_cache_*`` and timing outputs are never sent), context logits, orchestrator mode,
+FP16 arithmetic (probabilities are float32 whatever the engine dtype), and what the scheduler
+module lists.
 
-One request at a time (the caller serialises ``execute``). Standard library, numpy and torch only:
-this module is copied into model repositories with the rest of :mod:`trt_spec.runtime`.
+One batch at a time (the caller serialises ``execute_batch``). Standard library, numpy and torch
+only: this module is copied into model repositories with the rest of :mod:`trt_spec.runtime`.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -72,6 +79,7 @@ from trt_spec.runtime.penalties import (
 from trt_spec.runtime.prefix_cache import PrefixCachePool
 from trt_spec.runtime.sampling import SamplingParams, filtered_softmax, greedy_verify, residual_distribution, sample
 from trt_spec.runtime.torch_engine import TorchCausalLM
+from trt_spec.runtime.trtllm_scheduler import SchedulerLimits, SchedulingError, StepRequest, schedule
 
 ROLES = ("target", "draft")
 # Triton's logits dtypes the emulator returns (numpy has no bfloat16).
@@ -168,6 +176,8 @@ class EngineFacts:
     vocab_size: int  # the engine's vocabSizePadded
     gather_generation_logits: bool
     logits_dtype: str = "FP32"  # the engine's "logits" tensor dtype, Triton spelling
+    max_num_tokens: int = 8192  # tokens one executor step may process (trtllm-build --max_num_tokens)
+    tokens_per_block: int = 64  # the paged KV cache's block (trtllm-build --tokens_per_block)
     FILE: ClassVar[str] = "emulated_engine.json"
 
     def __post_init__(self) -> None:
@@ -175,8 +185,12 @@ class EngineFacts:
             raise ValueError(f"role must be one of {', '.join(ROLES)}; got {self.role!r}")
         if self.logits_dtype not in LOGITS_DTYPES:
             raise ValueError(f"logits_dtype must be one of {', '.join(LOGITS_DTYPES)}; got {self.logits_dtype!r}")
-        if min(self.max_batch_size, self.max_input_len, self.max_seq_len, self.vocab_size) < 1:
-            raise ValueError(f"max_batch_size, max_input_len, max_seq_len and vocab_size must be >= 1: {self}")
+        limits = (self.max_batch_size, self.max_input_len, self.max_seq_len, self.vocab_size, self.max_num_tokens)
+        if min(*limits, self.tokens_per_block) < 1:
+            raise ValueError(
+                f"max_batch_size, max_input_len, max_seq_len, vocab_size, max_num_tokens and tokens_per_block "
+                f"must be >= 1: {self}"
+            )
         if self.max_draft_len < 0 or (self.role == "draft") != (self.max_draft_len == 0):
             raise ValueError(f"max_draft_len must be > 0 on a target and 0 on a draft; got {self.max_draft_len}")
 
@@ -192,7 +206,8 @@ class EngineFacts:
     def from_json(cls, data: Mapping) -> EngineFacts:
         """Raises: ValueError: a missing or unknown key, a value of the wrong type."""
         names = {field.name: str(field.type) for field in fields(cls)}  # "str", "int", "bool" (postponed)
-        missing = sorted(name for name in names if name not in data and name != "logits_dtype")
+        defaulted = {field.name for field in fields(cls) if field.default is not MISSING}
+        missing = sorted(name for name in names if name not in data and name not in defaulted)
         unknown = sorted(key for key in data if key not in names)
         if missing or unknown:
             raise ValueError(f"{cls.FILE}: missing keys {missing}, unknown keys {unknown}")
@@ -532,12 +547,29 @@ class BackendConfig:
 
 
 def _check_executor(config: BackendConfig, engine: EngineFacts) -> None:
-    """The executor's load-time checks that a config can fail (raises _CppError)."""
+    """The executor's load-time checks that a config can fail (raises _CppError), in the order
+    the executor makes them. Our engines are decoder-only, built with paged context FMHA."""
+    # Source: NVIDIA/TensorRT-LLM@0c8de69a1ca6213eebb20a51873890ff128666c2:triton_backend/inflight_batcher_llm/src/model_instance_state.cc ModelInstanceState::getBatchingTypeFromParams (V1: static batching)
+    # Source: NVIDIA/TensorRT-LLM@b35ac1b64368513d215c57d2ed01d62d910df8da:cpp/tensorrt_llm/executor/executorImpl.cpp Executor::Impl::createModel
+    if config.gpt_model_type in ("V1", "v1"):
+        raise _CppError(
+            "Static batching type is deprecated. Please use in-flight batching with "
+            "CapacitySchedulerPolicy::kSTATIC_BATCH instead."
+        )
+    # Source: NVIDIA/TensorRT-LLM@b35ac1b64368513d215c57d2ed01d62d910df8da:cpp/tensorrt_llm/executor/kvCacheConfig.cpp KvCacheConfig::setCrossKvCacheFraction
+    cross_fraction = config.parameters["cross_kv_cache_fraction"]
+    if cross_fraction is not None:
+        _check(cross_fraction > 0, "crossKvCacheFraction > 0.F")
+        _check(cross_fraction < 1, "crossKvCacheFraction < 1.F")
+    # Source: NVIDIA/TensorRT-LLM@b35ac1b64368513d215c57d2ed01d62d910df8da:cpp/tensorrt_llm/batch_manager/trtGptModelInflightBatching.cpp TrtGptModelInflightBatching::TrtGptModelInflightBatching
+    _check(bool(config.parameters["kv_cache_onboard_blocks"]), "KV cache blocks need to be onboarded if context FMHA.")
     if engine.is_target:
         # Source: NVIDIA/TensorRT-LLM@b35ac1b64368513d215c57d2ed01d62d910df8da:cpp/tensorrt_llm/batch_manager/trtGptModelInflightBatching.cpp TrtGptModelInflightBatching::TrtGptModelInflightBatching
         _check(
             config.enable_kv_cache_reuse, "KV cache block reuse must be enabled for speculative decoding target model"
         )
+    # Source: NVIDIA/TensorRT-LLM@b35ac1b64368513d215c57d2ed01d62d910df8da:cpp/tensorrt_llm/batch_manager/trtGptModelInflightBatching.cpp TrtGptModelInflightBatching::TrtGptModelInflightBatching
+    _check(cross_fraction is None, "Do not set crossKvCacheFraction for decoder-only model")
     if config.parameters["max_beam_width"] != 1:
         raise _not_emulated(f"beam search (max_beam_width {config.parameters['max_beam_width']})")
 
@@ -641,6 +673,7 @@ class BackendRequest:
     draft_acceptance_threshold: float | None
     penalties: Penalties = ENGINE_DEFAULT_PENALTIES
     embedding_bias_size: int = 0  # entries of the embedding_bias sent (0: none)
+    return_perf_metrics: bool = False
 
     @classmethod
     def from_tensors(cls, inputs: Mapping[str, np.ndarray], config: BackendConfig) -> BackendRequest:
@@ -671,7 +704,7 @@ class BackendRequest:
         _scalar(inputs, "return_log_probs", np.bool_)
         return_generation_logits = bool(_scalar(inputs, T.RETURN_GENERATION_LOGITS.name, np.bool_))
         return_context_logits = bool(_scalar(inputs, "return_context_logits", np.bool_))
-        _scalar(inputs, T.RETURN_PERF_METRICS.name, np.bool_)  # read; the perf outputs are not emulated
+        return_perf_metrics = bool(_scalar(inputs, T.RETURN_PERF_METRICS.name, np.bool_))
         exclude = _scalar(inputs, T.EXCLUDE_INPUT_IN_OUTPUT.name, np.bool_)  # the request's wins over the config's
 
         input_tokens = _vector(inputs, T.INPUT_IDS.name) or []  # batch 1: all of input_ids (input_lengths unread)
@@ -750,6 +783,7 @@ class BackendRequest:
             exclude_input_from_output=config.exclude_input_in_output if exclude is None else bool(exclude),
             return_generation_logits=return_generation_logits,
             return_context_logits=return_context_logits,
+            return_perf_metrics=return_perf_metrics,
             stop_words=tuple(tuple(word) for word in stop_words if word),
             beam_width=beam_width,
             top_k=top_k,
@@ -951,7 +985,8 @@ class TrtllmBackendEmulator:
     """One engine model (``tensorrt_llm`` or ``tensorrt_llm_draft``) as TensorRT-LLM's backend runs it.
 
     ``warnings``: what upstream would log as a warning for this model: unusable parameters at load,
-    clamped requests since. A caller may log and clear it.
+    clamped requests since. ``notes``: what upstream logs at debug level that an operator of the
+    emulator wants to see (drafts the scheduler discarded). A caller may log and clear both.
     """
 
     def __init__(self, config: BackendConfig, engine: EngineFacts, model: TorchCausalLM):
@@ -964,6 +999,7 @@ class TrtllmBackendEmulator:
         self.engine = engine
         self.model = model
         self.warnings: list[str] = list(config.warnings)
+        self.notes: list[str] = []
         # KV-cache block reuse: the longest cached prefix is resumed, as twin_engine.py does. A cache
         # holding at most a step's tokens past the shared prefix is the same request's (a target's
         # rejected drafts; a draft's unaccepted tokens, up to the K a loop asks for).
@@ -993,18 +1029,57 @@ class TrtllmBackendEmulator:
     def execute(
         self, inputs: Mapping[str, np.ndarray], requested_outputs: Sequence[str], *, request_id: str | None = None
     ) -> dict[str, np.ndarray]:
-        """One Triton request: inputs by name WITH the batch dimension as Triton delivers them;
-        requested_outputs as the caller requested them (empty: Triton's "all outputs"). Returns the
-        outputs by name with their backend shapes (``{}`` for a ``stop`` request: the empty final
-        response). ``request_id``: Triton's request id, checked only for a ``stop`` request when
-        given (None: unknown). Raises BackendError with the backend's message for every rule it
-        enforces.
+        """One Triton request on its own: :meth:`execute_batch` of one. Raises its BackendError."""
+        result = self.execute_batch([BatchItem(inputs, requested_outputs, request_id)])[0]
+        if isinstance(result, BackendError):
+            raise result
+        return result
+
+    def execute_batch(self, batch: Sequence[BatchItem]) -> list[dict[str, np.ndarray] | BackendError]:
+        """Triton requests that reached the executor together (one ``execute`` of the model), in
+        arrival order: inputs by name WITH the batch dimension as Triton delivers them;
+        requested_outputs as the caller requested them (empty: Triton's "all outputs"). Returns,
+        per request, its outputs by name with their backend shapes (``{}`` for a ``stop``
+        request: the empty final response), or the BackendError with the backend's message for
+        every rule it enforces. ``request_id``: Triton's request id, checked only for a ``stop``
+        request when given (None: unknown). The admitted requests are scheduled together
+        (:mod:`~trt_spec.runtime.trtllm_scheduler`), so one request's drafts may be discarded
+        because of the others, as upstream.
         """
+        results: list[dict[str, np.ndarray] | BackendError | None] = [None] * len(batch)
+        admitted: list[_Admitted] = []
+        for index, item in enumerate(batch):
+            try:
+                admission = self._admit(item)
+            except BackendError as error:
+                results[index] = error
+                continue
+            if admission is None:
+                results[index] = {}  # a stop request
+            else:
+                admitted.append(admission.at(index))
+        try:
+            self._schedule(admitted)
+        except SchedulingError as error:
+            for entry in admitted:
+                cause = _CppError(str(error))
+                results[entry.index] = _executor_error(entry.id, "Encountered an error in forwardAsync function", cause)
+            admitted = []
+        for entry in admitted:
+            try:
+                results[entry.index] = self._run(entry)
+            except BackendError as error:
+                results[entry.index] = error
+        return [result if result is not None else {} for result in results]
+
+    def _admit(self, item: BatchItem) -> _Admitted | None:
+        """The enqueue and the executor's validation of one request (None: a stop request)."""
+        inputs = item.inputs
         # Source: NVIDIA/TensorRT-LLM@0c8de69a1ca6213eebb20a51873890ff128666c2:triton_backend/inflight_batcher_llm/src/model_instance_state.cc ModelInstanceState::handleStopRequest
         if _bool_input(inputs, "stop"):
-            if request_id == "":
+            if item.request_id == "":
                 raise BackendError("Trying to stop a request but request ID is not provided", stage="enqueue")
-            return {}  # nothing runs concurrently here, so there is nothing to cancel
+            return None  # nothing of this request runs here, so there is nothing to cancel
 
         # Source: NVIDIA/TensorRT-LLM@0c8de69a1ca6213eebb20a51873890ff128666c2:triton_backend/inflight_batcher_llm/src/model_instance_state.cc ModelInstanceState::enqueue (the error text is sent as it is)
         try:
@@ -1013,15 +1088,47 @@ class TrtllmBackendEmulator:
             raise BackendError(str(error), stage="enqueue") from None
         self._last_request_id += 1
         request_id_number = self._last_request_id
-
         try:
             draft_tokens, max_new_tokens = self._validate(request)
         except _CppError as error:
             raise _executor_error(request_id_number, "Encountered an error when fetching new request", error) from None
+        return _Admitted(request_id_number, request, draft_tokens, max_new_tokens, tuple(item.requested_outputs))
+
+    def _schedule(self, admitted: list[_Admitted]) -> None:
+        """The executor's steps over the admitted requests: discards the drafts its scheduler
+        discards (and their draft logits' rows, as ``discardDraftTokens`` reshapes them).
+
+        Raises: SchedulingError: a step's check failed (every admitted request fails with it)."""
+        engine = self.engine
+        limits = SchedulerLimits(
+            max_batch_size=engine.max_batch_size,
+            max_num_tokens=engine.max_num_tokens,
+            tokens_per_block=engine.tokens_per_block,
+            chunked_context=bool(self.config.parameters["enable_chunked_context"]),
+        )
+        steps = [
+            StepRequest(
+                prompt_len=len(entry.request.input_tokens),
+                num_draft_tokens=len(entry.draft_tokens),
+                reused_len=self.pool.longest_cached_prefix(entry.request.input_tokens),
+                max_new_tokens=max(1, entry.max_new_tokens),
+            )
+            for entry in admitted
+        ]
+        outcome = schedule(steps, limits)
+        for entry, kept in zip(admitted, outcome.kept_drafts):
+            if kept < len(entry.draft_tokens):
+                # Source: NVIDIA/TensorRT-LLM@b8b7b782622c5dc57307f42ea96628f66b34f922:cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp MicroBatchScheduler::fitDraftTokens (TLLM_LOG_DEBUG)
+                self.notes.append(f"Discarding {len(entry.draft_tokens) - kept} draft tokens (request {entry.id})")
+                entry.discard_drafts(kept)
+
+    def _run(self, entry: _Admitted) -> dict[str, np.ndarray]:
+        """The decoder's setup, the step(s) and the response of one scheduled request."""
+        request, draft_tokens = entry.request, entry.draft_tokens
         try:
-            draft_probs = self._draft_probabilities(request, draft_tokens)
+            draft_probs = self._draft_probabilities(request, draft_tokens, entry.draft_logits)
         except _CppError as error:
-            raise _executor_error(request_id_number, "Encountered an error in forwardAsync function", error) from None
+            raise _executor_error(entry.id, "Encountered an error in forwardAsync function", error) from None
 
         vocab = self.engine.vocab_size
         if request.embedding_bias_size not in (0, vocab):
@@ -1036,10 +1143,10 @@ class TrtllmBackendEmulator:
         if draft_tokens:
             tokens, logits = self._verify(request, prompt, draft_tokens, draft_probs, sampling, generator)
         else:
-            tokens, logits = self._decode(request, prompt, max_new_tokens, sampling, generator)
+            tokens, logits = self._decode(request, prompt, entry.max_new_tokens, sampling, generator)
 
         try:
-            return self._fill(request, prompt, tokens, logits, requested_outputs)
+            return self._fill(request, prompt, tokens, logits, entry.requested_outputs, draft_tokens)
         except _CppError as error:
             # Source: NVIDIA/TensorRT-LLM@0c8de69a1ca6213eebb20a51873890ff128666c2:triton_backend/inflight_batcher_llm/src/model_instance_state.cc ModelInstanceState::fillTritonResponse
             raise BackendError(f"Error encountered while populating response: {error}", stage="response") from None
@@ -1097,12 +1204,14 @@ class TrtllmBackendEmulator:
             )
         return drafts, max_new_tokens
 
-    def _draft_probabilities(self, request: BackendRequest, drafts: list[int]) -> torch.Tensor | None:
-        """q = softmax(draft_logits) [k, V], after the decoder's copy of the logits sent into its
-        [k, vocabSizePadded] buffer of the engine's logits dtype (no temperature, top-k or top-p)."""
-        if not drafts or request.draft_logits is None:
+    def _draft_probabilities(
+        self, request: BackendRequest, drafts: list[int], logits: np.ndarray | None
+    ) -> torch.Tensor | None:
+        """q = softmax(draft_logits) [k, V], after the decoder's copy of the logits sent (``logits``:
+        as the request holds them) into its [k, vocabSizePadded] buffer of the engine's logits
+        dtype (no temperature, top-k or top-p)."""
+        if not drafts or logits is None:
             return None
-        logits = request.draft_logits
         engine_dtype = np.dtype(LOGITS_DTYPES[self.engine.logits_dtype])
         # Source: NVIDIA/TensorRT-LLM@b35ac1b64368513d215c57d2ed01d62d910df8da:cpp/tensorrt_llm/batch_manager/createNewDecoderRequests.cpp newRequestDraftTokensExternal, retrieveDraftLogits
         # Source: NVIDIA/TensorRT-LLM@1a43c7d62d008ca9d1efdfd50f9180390598d314:cpp/tensorrt_llm/runtime/bufferManager.cpp BufferManager::copy
@@ -1163,8 +1272,10 @@ class TrtllmBackendEmulator:
             temperature=request.score_temperature,
         )
         tokens = truncate_at_stop(prompt, emitted, request.end_id, request.stop_words)
-        # Generation logits of a draft-tokens request: the accepted tokens' rows (count unconfirmed).
-        return tokens, list(target_logits[: max(1, len(tokens))])
+        # Generation logits of a draft-tokens request: one row per token added, so none when the
+        # first new token is end_id (which never advances the sequence length).
+        # Source: NVIDIA/TensorRT-LLM@b35ac1b64368513d215c57d2ed01d62d910df8da:cpp/tensorrt_llm/batch_manager/trtGptModelInflightBatching.cpp TrtGptModelInflightBatching::updateRequests (numAcceptedTokens)
+        return tokens, list(target_logits[: len(tokens)])
 
     def _fill(
         self,
@@ -1173,6 +1284,7 @@ class TrtllmBackendEmulator:
         tokens: list[int],
         logits: list[torch.Tensor],
         requested_outputs: Sequence[str],
+        draft_tokens: Sequence[int] = (),
     ) -> dict[str, np.ndarray]:
         # Source: NVIDIA/TensorRT-LLM@0c8de69a1ca6213eebb20a51873890ff128666c2:triton_backend/inflight_batcher_llm/src/model_instance_state.cc ModelInstanceState::fillTritonResponse
         names = set(requested_outputs) if requested_outputs else set(self.config.outputs)
@@ -1189,9 +1301,69 @@ class TrtllmBackendEmulator:
                 self.config.logits_dtype == self.engine.logits_dtype,
                 "generationLogitsType == model_state_->getLogitsDataType()",
             )
-            rows = torch.stack(logits).numpy().astype(LOGITS_DTYPES[self.engine.logits_dtype])  # [n, V] raw
+            vocab = self.engine.vocab_size
+            rows = torch.stack(logits).numpy() if logits else np.zeros((0, vocab), np.float32)  # [n, V] raw
+            rows = rows.astype(LOGITS_DTYPES[self.engine.logits_dtype])
             outputs[T.GENERATION_LOGITS.name] = rows.reshape(1, 1, *rows.shape)  # [1, beams, n, V]
+        if request.return_perf_metrics:
+            outputs.update(_speculative_metrics(names, draft_tokens, tokens, self.engine))
         return outputs
+
+
+def _speculative_metrics(
+    names: set[str], draft_tokens: Sequence[int], tokens: Sequence[int], engine: EngineFacts
+) -> dict[str, np.ndarray]:
+    """The speculative-decoding perf metrics of one finished request, as the executor counts them:
+    for a target request that verified drafts, the drafts it verified (after any discarded) and
+    the tokens it added past the first; zero otherwise. Only the outputs requested are filled."""
+    # Source: NVIDIA/TensorRT-LLM@d879430b040ea30c65220c9171a8a70607398748:cpp/include/tensorrt_llm/batch_manager/llmRequest.h LlmRequest::updateNumTokensPerIteration
+    # Source: NVIDIA/TensorRT-LLM@c8c6df08bd0ead54cd47f7973e1e425c28a174cd:triton_backend/inflight_batcher_llm/src/model_instance_state.cc ModelInstanceState::fillTritonResponse (processStats)
+    drafted = min(len(draft_tokens), engine.max_draft_len) if engine.is_target else 0
+    accepted = max(0, len(tokens) - 1) if drafted else 0  # numTokensPerIteration - 1
+    rate = accepted / drafted if drafted else 0.0  # set where the request finishes (unconfirmed when 0 drafts)
+    values = {
+        T.ENGINE_TOTAL_DRAFT_TOKENS.name: np.array([[drafted]], dtype=np.int32),
+        T.ENGINE_TOTAL_ACCEPTED_DRAFT_TOKENS.name: np.array([[accepted]], dtype=np.int32),
+        T.ENGINE_ACCEPTANCE_RATE.name: np.array([[rate]], dtype=np.float32),
+    }
+    return {name: array for name, array in values.items() if name in names}
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One Triton request of a batch, as :meth:`TrtllmBackendEmulator.execute_batch` takes it."""
+
+    inputs: Mapping[str, np.ndarray]
+    requested_outputs: Sequence[str] = ()
+    request_id: str | None = None
+
+
+@dataclass
+class _Admitted:
+    """A request the executor took: its id, what validate left of it, where its answer goes."""
+
+    id: int
+    request: BackendRequest
+    draft_tokens: list[int]
+    max_new_tokens: int
+    requested_outputs: tuple[str, ...]
+    index: int = 0  # its place in the batch
+    draft_logits: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.draft_logits = self.request.draft_logits
+
+    def at(self, index: int) -> _Admitted:
+        self.index = index
+        return self
+
+    def discard_drafts(self, kept: int) -> None:
+        """``LlmRequest::discardDraftTokens``: the drafts resized, the draft logits reshaped to as many rows."""
+        # Source: NVIDIA/TensorRT-LLM@00e9b8a773a690c1182ba23717e6c660a2246b70:cpp/include/tensorrt_llm/batch_manager/llmRequest.h LlmRequest::discardDraftTokens
+        self.draft_tokens = self.draft_tokens[:kept]
+        if self.draft_logits is not None:
+            logits = np.asarray(self.draft_logits)
+            self.draft_logits = logits[:kept] if logits.ndim == 2 else logits  # other shapes fail the copy anyway
 
 
 def _dtype_name(dtype: np.dtype) -> str:

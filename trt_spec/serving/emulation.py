@@ -17,7 +17,8 @@ import shutil
 from pathlib import Path
 
 from trt_spec.errors import RepositoryError
-from trt_spec.plan import Plan, make_plan
+from trt_spec.memory import KV_BLOCK_TOKENS
+from trt_spec.plan import Plan, engine_max_input_len, make_plan
 from trt_spec.repository import configs
 from trt_spec.repository.writer import MODELS_SOURCE_DIR, copy_runtime, hf_checkpoint_dir
 from trt_spec.runtime import tensors as T
@@ -30,21 +31,24 @@ ROLES = {T.TARGET: "target", T.DRAFT: "draft"}  # engine model name: role
 VERSION = "1"
 
 
-def engine_facts(spec: Spec, role: str, plan: Plan | None = None):
-    """What ``trtllm-build`` makes of the spec's plan for ``role``, as the emulator takes it."""
+def engine_facts(spec: Spec, role: str, plan: Plan | None = None, *, hf_model_dir: str | None = None):
+    """What ``trtllm-build`` makes of the spec's plan for ``role``, as the emulator takes it; the
+    logits come from ``hf_model_dir`` (default: the role's downloaded checkpoint)."""
     from trt_spec.runtime.trtllm_emulator import EngineFacts
 
     plan = plan or make_plan(spec)
     k = spec.num_draft_tokens if role == "target" else 0
     return EngineFacts(
         role=role,
-        hf_model_dir=str(hf_checkpoint_dir(spec, role)),
+        hf_model_dir=hf_model_dir or str(hf_checkpoint_dir(spec, role)),
         max_batch_size=spec.engine.max_batch_size,
-        max_input_len=spec.engine.max_input_len,
+        max_input_len=engine_max_input_len(spec),  # the loop's longest sequence, as plan builds it
         max_seq_len=spec.engine.max_seq_len + k,  # trtllm-build adds max_draft_len to the target's
         max_draft_len=k,
         vocab_size=plan.target.model.vocab_size,
         gather_generation_logits=spec.speculative.acceptance == "probabilistic",
+        max_num_tokens=plan.engine(role).max_num_tokens,
+        tokens_per_block=KV_BLOCK_TOKENS,
     )
 
 

@@ -8,8 +8,9 @@ messages are :class:`~trt_spec.runtime.trtllm_emulator.TrtllmBackendEmulator`'s;
 moves tensors in and out. A config the backend refuses fails the model's load with the backend's
 message; a request it refuses gets that message as one error, never a traceback.
 
-A ``stop`` request is answered as the emulator answers it (an empty response: nothing runs
-concurrently here); a request cancelled before its turn is not run and gets a CANCELLED error.
+The requests of one ``execute`` are one batch of the emulated executor (scheduled together). A
+``stop`` request is answered as the emulator answers it (an empty response); a request
+cancelled before its turn is not run and gets a CANCELLED error.
 
 Imports ``trt_spec`` from the copy beside this file, else from the installed package.
 """
@@ -24,7 +25,7 @@ if (_HERE / "trt_spec").is_dir():
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from trt_spec.runtime.trtllm_emulator import BackendError, EngineFacts, TrtllmBackendEmulator  # noqa: E402
+from trt_spec.runtime.trtllm_emulator import BackendError, BatchItem, EngineFacts, TrtllmBackendEmulator  # noqa: E402
 
 # Intra-op threads per engine model: a request keeps one engine busy at a time, and the server's
 # other processes need the remaining cores (as the torch flavor's default).
@@ -52,26 +53,35 @@ class TritonPythonModel:
         for warning in self.backend.warnings:
             self.logger.log_warn(f"{self.name}: {warning}")
         self.backend.warnings.clear()
+        for note in self.backend.notes:
+            self.logger.log_info(f"{self.name}: {note}")
+        self.backend.notes.clear()
 
     def execute(self, requests):
-        responses = []
-        for request in requests:
-            try:
-                if request.is_cancelled():
-                    error = pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED)
-                    responses.append(pb_utils.InferenceResponse(error=error))
-                    continue
-                inputs = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
-                outputs = self.backend.execute(
-                    inputs, request.requested_output_names(), request_id=request.request_id()
-                )
-                tensors = [pb_utils.Tensor(name, array) for name, array in outputs.items()]
-                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
-            except BackendError as exc:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
-            except Exception as exc:  # noqa: BLE001 - one short line to the caller, never a traceback
-                message = f"{self.name} failed: {type(exc).__name__}: {exc}".splitlines()[0]
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
-        if self.backend.warnings:
+        """Triton's dynamic batcher hands over the requests that queued together: they reach the
+        emulated executor as one batch and are scheduled together, as upstream's in-flight batcher
+        would run them in the same steps."""
+        responses = [None] * len(requests)
+        batch, places = [], []
+        for index, request in enumerate(requests):
+            if request.is_cancelled():
+                error = pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED)
+                responses[index] = pb_utils.InferenceResponse(error=error)
+                continue
+            inputs = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
+            batch.append(BatchItem(inputs, request.requested_output_names(), request.request_id()))
+            places.append(index)
+        try:
+            results = self.backend.execute_batch(batch)
+        except Exception as exc:  # noqa: BLE001 - one short line to each caller, never a traceback
+            message = f"{self.name} failed: {type(exc).__name__}: {exc}".splitlines()[0]
+            results = [BackendError(message, stage="emulator")] * len(batch)
+        for index, result in zip(places, results):
+            if isinstance(result, BackendError):
+                responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(result)))
+            else:
+                tensors = [pb_utils.Tensor(name, array) for name, array in result.items()]
+                responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)
+        if self.backend.warnings or self.backend.notes:
             self._log_warnings()
         return responses
