@@ -285,7 +285,7 @@ def test_log_probs_are_the_targets(models, temperature):
     scores = adjusted_scores(logits, scale, PENALTIES, PROMPT, state.output, END_ID)
     expected = scores.log_softmax(-1)[torch.arange(len(state.output)), torch.tensor(state.output)]
     torch.testing.assert_close(torch.tensor(log_probs), expected, rtol=1e-4, atol=1e-4)
-    request = bls.read_loop_request(inputs, loop_parameters())
+    request = bls.read_loop_request(inputs, loop_parameters(use_draft_logits=True))
     arrays = bls.response_arrays(state, state.output, 0, True, 0, request, log_probs)
     assert arrays[T.OUTPUT_LOG_PROBS.name].shape == (1, 1, len(state.output))
     assert arrays[T.CUM_LOG_PROBS.name][0, 0] == pytest.approx(sum(log_probs), rel=1e-5)

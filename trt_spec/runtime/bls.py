@@ -197,6 +197,16 @@ def _read_prompt(inputs: Mapping[str, np.ndarray], settings: LoopParameters, row
         bad_words=T.stop_words_from_list(bad_words[0].tolist()),
         embedding_bias=tuple((int(i), float(bias[i])) for i in np.flatnonzero(bias)) if has_bias else (),
     )
+    return_log_probs = bool(_value(inputs, T.RESOLVED_RETURN_LOG_PROBS.name))
+    if return_log_probs and not settings.engines_return_logits:
+        # The target's generation logits give the log probabilities; an engine built without them
+        # makes the executor refuse the call ("To return generation logits, ...").
+        raise GenerationParamsError(
+            "return_log_probs needs the target engine's generation logits, and this deployment's engines are built "
+            "without them (speculative.acceptance: greedy); set speculative.acceptance: probabilistic in the spec, "
+            "rebuild the engines (`trt-spec build --spec F --force`) and rewrite the repository, or send "
+            "return_log_probs false"
+        )
     return LoopRequest(
         prompt=[int(token) for token in input_ids[:length]],
         params=params,
@@ -215,7 +225,7 @@ def _read_prompt(inputs: Mapping[str, np.ndarray], settings: LoopParameters, row
             np.ascontiguousarray(bad_words.reshape(1, 2, -1), dtype=np.int32) if penalties.bad_words else None
         ),
         embedding_bias=bias.reshape(1, -1) if has_bias else None,
-        return_log_probs=bool(_value(inputs, T.RESOLVED_RETURN_LOG_PROBS.name)),
+        return_log_probs=return_log_probs,
     )
 
 
@@ -235,6 +245,7 @@ def engine_inputs(
     draft_tokens: Sequence[int] = (),
     draft_logits: np.ndarray | None = None,
     return_logits: bool = False,
+    return_perf_metrics: bool = False,
     min_tokens: int = 0,
 ) -> dict[str, np.ndarray]:
     """One engine call's inputs by TensorRT-LLM name: only what the call needs, since every
@@ -280,7 +291,28 @@ def engine_inputs(
             inputs[T.DRAFT_LOGITS.name] = draft_logits[np.newaxis]  # [1, k, V]
     if return_logits:
         inputs[T.RETURN_GENERATION_LOGITS.name] = _scalar(True, bool)
+    if return_perf_metrics:
+        inputs[T.RETURN_PERF_METRICS.name] = _scalar(True, bool)
     return inputs
+
+
+def verified_drafts(outputs: Mapping[str, np.ndarray], num_sent: int) -> int | None:
+    """How many of the ``num_sent`` drafts the target verified, from its ``total_draft_tokens``
+    (the request's drafts after the executor discarded any: ``LlmRequest::updateNumTokensPerIteration``
+    adds ``getNumDraftTokens()`` once the step ran); ``None`` when the engine did not report it.
+
+    Raises:
+        EngineCallError: a count outside 0..num_sent.
+    """
+    # Source: NVIDIA/TensorRT-LLM@d879430b040ea30c65220c9171a8a70607398748:cpp/include/tensorrt_llm/batch_manager/llmRequest.h LlmRequest::discardDraftTokens, LlmRequest::updateNumTokensPerIteration
+    # Source: NVIDIA/TensorRT-LLM@c8c6df08bd0ead54cd47f7973e1e425c28a174cd:triton_backend/inflight_batcher_llm/src/model_instance_state.cc ModelInstanceState::fillTritonResponse (returnPerfMetrics)
+    reported = outputs.get(T.ENGINE_TOTAL_DRAFT_TOKENS.name)
+    if reported is None or reported.size == 0:
+        return None
+    count = int(reported.reshape(-1)[0])
+    if not 0 <= count <= num_sent:
+        raise EngineCallError(f"the target reported {count} verified drafts of the {num_sent} sent")
+    return count
 
 
 def output_tokens(outputs: Mapping[str, np.ndarray], model: str) -> list[int]:
@@ -386,14 +418,19 @@ async def run_loop(
                 draft_tokens=draft_tokens,
                 draft_logits=draft_logits,
                 return_logits=request.return_log_probs,
+                return_perf_metrics=bool(draft_tokens),
                 min_tokens=min_tokens,
             ),
-            _requested(request.return_log_probs),
+            _requested(request.return_log_probs, drafts=bool(draft_tokens)),
         )
         call_index += 1
         verified = clock()
         new_tokens = state.commit(
-            draft_tokens, output_tokens(outputs, settings.target_model), drafted - started, verified - drafted
+            draft_tokens,
+            output_tokens(outputs, settings.target_model),
+            drafted - started,
+            verified - drafted,
+            num_verified=verified_drafts(outputs, len(draft_tokens)) if draft_tokens else None,
         )
         if request.return_log_probs and log_probs is not None and new_tokens:
             rows = _generation_logits(outputs, len(new_tokens), settings.target_model)
@@ -409,11 +446,16 @@ async def run_loop(
     return state
 
 
-def _requested(logits: bool) -> list[str]:
+def _requested(logits: bool, *, drafts: bool = False) -> list[str]:
     # TensorRT-LLM's backend answers with an error unless both output_ids and sequence_length are
-    # requested (model_instance_state.cc, fillTritonResponse).
+    # requested (model_instance_state.cc, fillTritonResponse). A verification also asks how many
+    # drafts the target verified (verified_drafts).
     names = [T.OUTPUT_IDS.name, T.SEQUENCE_LENGTH.name]
-    return names + [T.GENERATION_LOGITS.name] if logits else names
+    if logits:
+        names.append(T.GENERATION_LOGITS.name)
+    if drafts:
+        names.append(T.ENGINE_TOTAL_DRAFT_TOKENS.name)
+    return names
 
 
 def draft_distribution_logits(

@@ -245,10 +245,19 @@ class LoopState:
     The target's answer to ``k`` drafts is taken in TensorRT-LLM's form: the accepted drafts
     then one *or more* tokens of the target's own (its external-draft-tokens mode returns up to
     ``request_output_len`` tokens). The number accepted is the longest common prefix of answer
-    and drafts; that is exact also for rejection sampling, since a recovered token never equals
-    the draft it replaces (the residual has no mass there). An answer with no token of its own
-    after the accepted drafts means the target ended the sequence (TensorRT-LLM leaves
-    ``end_id`` out of its output): the request finishes with ``"eos"``.
+    and drafts, within the drafts the target verified; that is exact also for rejection sampling,
+    since a recovered token never equals the draft it replaces (the residual has no mass there).
+    An answer with no token of its own after the accepted drafts means the target ended the
+    sequence (TensorRT-LLM leaves ``end_id`` out of its output): the request finishes with
+    ``"eos"``.
+
+    The target may verify fewer drafts than it was sent: TensorRT-LLM's scheduler discards the
+    tail of a request's drafts that does not fit its step (``fitDraftTokens``, with chunked
+    context), and ``LlmRequest::validate`` those past ``max_input_len``. Then an answer made only
+    of drafts is ambiguous: after j verified drafts, all accepted, the target's own token may
+    equal the discarded draft j. So the driver passes ``num_verified``, the drafts the target
+    reports it verified (its ``total_draft_tokens``), and only an answer with no token past them
+    is an end of sequence. ``None``: all of them (an engine that never discards drafts).
 
     Attributes: ``sequence`` (prompt + output, what both models condition on), ``output``,
     ``stats`` (:class:`RequestStats`), ``finish_reason`` (``"length"``, ``"eos"``, ``"stop"``,
@@ -286,18 +295,27 @@ class LoopState:
         emitted: Sequence[int],
         draft_seconds: float = 0.0,
         verify_seconds: float = 0.0,
+        num_verified: int | None = None,
     ) -> list[int]:
-        """Take one step's answer: ``emitted`` (the target's tokens) for ``draft_tokens``.
+        """Take one step's answer: ``emitted`` (the target's tokens) for ``draft_tokens``, of
+        which the target verified the first ``num_verified`` (``None``: all; class docstring).
 
         Records the step's statistics, appends tokens to the output up to the first EOS (not
         emitted), stop sequence (emitted) or ``max_new_tokens``, and returns the tokens kept.
 
         Raises:
             RuntimeError: the request has already finished.
+            ValueError: ``num_verified`` is not in 0..len(draft_tokens).
         """
         if self.finished:
             raise RuntimeError(f"the request has finished ({self.finish_reason}); nothing more to commit")
         draft_tokens, emitted = list(draft_tokens), list(emitted)
+        if num_verified is not None:
+            if not 0 <= num_verified <= len(draft_tokens):
+                raise ValueError(
+                    f"num_verified must be in 0..{len(draft_tokens)} (the drafts sent); got {num_verified}"
+                )
+            draft_tokens = draft_tokens[:num_verified]  # the rest were discarded unseen
         num_accepted = common_prefix_length(draft_tokens, emitted)
         self.stats.record(len(draft_tokens), num_accepted, draft_seconds, verify_seconds)
         if self._adaptive:

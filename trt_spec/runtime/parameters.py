@@ -142,6 +142,12 @@ class LoopParameters(ModelParameters):
     draft_cost: float
     verify_slope: float
 
+    @property
+    def engines_return_logits(self) -> bool:
+        """Both engines return ``generation_logits`` (TensorRT-LLM engines only when built with
+        ``--gather_generation_logits``): the repository writer sets ``use_draft_logits`` exactly then."""
+        return self.use_draft_logits
+
 
 @dataclass(frozen=True)
 class TorchEngineParameters(ModelParameters):

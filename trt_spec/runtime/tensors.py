@@ -328,6 +328,11 @@ GENERATION_LOGITS = Tensor("generation_logits", "FP32", (-1, -1, -1))  # [beam, 
 KV_CACHE_REUSED_BLOCKS = Tensor("kv_cache_reused_blocks", "INT32", (1,))
 KV_CACHE_ALLOC_NEW_BLOCKS = Tensor("kv_cache_alloc_new_blocks", "INT32", (1,))
 KV_CACHE_ALLOC_TOTAL_BLOCKS = Tensor("kv_cache_alloc_total_blocks", "INT32", (1,))
+# Speculative-decoding perf metrics (with return_perf_metrics): per executor request, so for one
+# verification call total_draft_tokens is the drafts the target verified after any it discarded.
+ENGINE_ACCEPTANCE_RATE = Tensor("acceptance_rate", "FP32", (1,))
+ENGINE_TOTAL_ACCEPTED_DRAFT_TOKENS = Tensor("total_accepted_draft_tokens", "INT32", (1,))
+ENGINE_TOTAL_DRAFT_TOKENS = Tensor("total_draft_tokens", "INT32", (1,))
 
 _ENGINE_COMMON_INPUTS = (
     INPUT_IDS,
@@ -363,6 +368,9 @@ ENGINE_OUTPUTS = (
     KV_CACHE_REUSED_BLOCKS,
     KV_CACHE_ALLOC_NEW_BLOCKS,
     KV_CACHE_ALLOC_TOTAL_BLOCKS,
+    ENGINE_ACCEPTANCE_RATE,
+    ENGINE_TOTAL_ACCEPTED_DRAFT_TOKENS,
+    ENGINE_TOTAL_DRAFT_TOKENS,
 )
 
 # TensorRT-LLM's outputs the loop cannot fill (logits, KV-cache and timing metrics): declared and

@@ -78,6 +78,7 @@ class EngineRequest:
     exclude_input_in_output: bool
     stop_sequences: tuple[tuple[int, ...], ...]
     penalties: Penalties = ENGINE_DEFAULT_PENALTIES  # min_tokens: this call's
+    return_perf_metrics: bool = False  # the speculative-decoding counts (the twin discards no draft)
 
 
 def _value(inputs: Mapping[str, np.ndarray], name: str):
@@ -211,6 +212,7 @@ def read_request(inputs: Mapping[str, np.ndarray], role: str, vocab_size: int | 
         exclude_input_in_output=True if exclude is None else bool(exclude),
         stop_sequences=stop_sequences_from_list(_row(inputs, T.STOP_WORDS_LIST.name)),
         penalties=penalties_from_inputs(inputs, vocab_size if vocab_size is not None else 0),
+        return_perf_metrics=bool(_value(inputs, T.RETURN_PERF_METRICS.name)),
     )
 
 
@@ -336,5 +338,15 @@ class TwinEngine:
             rows = torch.stack(logits) if logits else torch.zeros(0, self.vocab_size)
             outputs[T.GENERATION_LOGITS.name] = (
                 rows.reshape(1, 1, len(logits), self.vocab_size).numpy().astype(np.float32)
+            )
+        if request.return_perf_metrics:
+            # As TensorRT-LLM counts them per executor request (verified_drafts in bls.py):
+            # the drafts verified, and the tokens added past the first.
+            drafted = len(request.draft_tokens)
+            accepted = max(0, len(tokens) - 1) if drafted else 0
+            outputs[T.ENGINE_TOTAL_DRAFT_TOKENS.name] = np.array([[drafted]], dtype=np.int32)
+            outputs[T.ENGINE_TOTAL_ACCEPTED_DRAFT_TOKENS.name] = np.array([[accepted]], dtype=np.int32)
+            outputs[T.ENGINE_ACCEPTANCE_RATE.name] = np.array(
+                [[accepted / drafted if drafted else 0.0]], dtype=np.float32
             )
         return outputs

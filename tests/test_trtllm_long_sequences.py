@@ -1,0 +1,136 @@
+"""Long sequences and concurrent load on the tensorrtllm flavor, through the real (CPU) Triton
+server with its engine models in the TensorRT-LLM backend emulator: prompts near the spec's
+``max_input_len`` generating until ``max_seq_len``, alone and eight at once, on a greedy spec and
+a probabilistic one (the spec keeps the suite fast: max_seq_len 640, the demo pair).
+
+Each loop iteration resends the whole sequence, so the engines are built with an input limit of
+``max_seq_len - 1`` (``plan.engine_max_input_len``); concurrent calls reach the emulated executor
+together, whose scheduler discards drafts under load, and the loop counts only the drafts the
+target reports it verified. One server per spec."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import DEMO_PAIR, decode, greedy_reference
+
+from trt_spec.bench.prompts import load_prompt_texts
+from trt_spec.client import SpecClient
+from trt_spec.errors import GenerationError
+from trt_spec.repository.writer import write_repository
+from trt_spec.serving.emulation import emulated_repository
+from trt_spec.serving.server import TritonServer
+from trt_spec.spec import load_spec
+
+pytest.importorskip("pytriton", reason="the CPU Triton server comes with nvidia-pytriton")
+
+MAX_INPUT_LEN = 480
+MAX_SEQ_LEN = 640
+PROMPT_TOKENS = 450
+CONCURRENT = 8
+
+
+def long_spec(path: Path, acceptance: str) -> Path:
+    spec = {
+        "name": f"long-{acceptance}",
+        "target": {"model": str(DEMO_PAIR / "target")},
+        "draft": {"model": str(DEMO_PAIR / "draft")},
+        "speculative": {"num_draft_tokens": 4, "acceptance": acceptance},
+        "engine": {"max_batch_size": 8, "max_input_len": MAX_INPUT_LEN, "max_seq_len": MAX_SEQ_LEN},
+        "triton": {"flavor": "tensorrtllm"},
+    }
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture(scope="module", params=["greedy", "probabilistic"])
+def server(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp(request.param)
+    spec = load_spec(long_spec(root / "spec.yaml", request.param))
+    cwd = os.getcwd()
+    os.chdir(root)  # the spec's default paths: no engines are built there
+    try:
+        written = write_repository(spec, root / "repo", "tensorrtllm").path
+    finally:
+        os.chdir(cwd)
+    running = TritonServer(emulated_repository(written, spec, root / "served"), ready_timeout_s=240).start()
+    try:
+        yield request.param, running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def long_prompts(target) -> list[str]:
+    """Eight prompts of PROMPT_TOKENS tokens: packaged Python sources (~250 tokens each) joined,
+    cut at a token boundary."""
+    tokenizer = target[1]
+    sources = [entry["text"] for entry in load_prompt_texts()]
+    texts = []
+    for index in range(CONCURRENT):
+        parts = (sources[index], sources[index + CONCURRENT], sources[(index + 1) % CONCURRENT])
+        tokens = tokenizer("\n".join(parts))["input_ids"]
+        assert len(tokens) >= PROMPT_TOKENS
+        texts.append(tokenizer.decode(tokens[:PROMPT_TOKENS]))
+    return texts
+
+
+def room(target, prompt: str) -> int:
+    """max_tokens that takes the request to max_seq_len exactly."""
+    return MAX_SEQ_LEN - len(target[1](prompt)["input_ids"])
+
+
+def generate(server, prompt: str, max_tokens: int, **options):
+    with SpecClient(server.grpc_url, timeout_s=600) as client:
+        events = list(client.generate(prompt, max_tokens=max_tokens, **options))
+    return "".join(event.text for event in events), events[-1]
+
+
+def test_a_prompt_near_max_input_len_generates_to_max_seq_len_as_the_target_alone(server, target, long_prompts):
+    _, running = server
+    prompt = long_prompts[0]
+    assert len(target[1](prompt)["input_ids"]) > 0.9 * MAX_INPUT_LEN
+    max_tokens = room(target, prompt)
+    reference = greedy_reference(target, prompt, max_tokens)
+    assert len(reference) == max_tokens, "the target alone ends before max_seq_len: pick another prompt"
+    text, last = generate(running, prompt, max_tokens)
+    assert last.num_output_tokens == max_tokens  # finished for "length", not cut short
+    assert text == decode(target, reference)
+
+
+def test_eight_long_requests_at_once_each_equal_their_lone_run(server, target, long_prompts):
+    _, running = server
+    cases = [(prompt, room(target, prompt)) for prompt in long_prompts]
+    with ThreadPoolExecutor(CONCURRENT) as pool:
+        answers = list(pool.map(lambda case: generate(running, *case), cases))
+    for (prompt, max_tokens), (text, last) in zip(cases, answers):
+        reference = greedy_reference(target, prompt, max_tokens)
+        assert last.num_output_tokens == len(reference), "a request ended early"
+        assert text == decode(target, reference)
+    # The load was real: the emulated scheduler discarded drafts (upstream's debug line, logged).
+    assert "Discarding" in running.log_path.read_text()
+
+
+def test_sampled_long_requests_at_once_all_finish(server, target, long_prompts):
+    acceptance, running = server
+    cases = [(prompt, room(target, prompt)) for prompt in long_prompts[:4]]
+    with ThreadPoolExecutor(len(cases)) as pool:
+        answers = list(pool.map(lambda case: generate(running, *case, temperature=0.8, seed=len(case[0])), cases))
+    for (_, max_tokens), (text, last) in zip(cases, answers):
+        assert 0 < last.num_output_tokens <= max_tokens and text
+        if acceptance == "probabilistic":
+            assert last.total_draft_tokens > 0  # sampled requests speculate with the draft's logits
+
+
+def test_log_probs_are_refused_clearly_when_the_engines_have_no_generation_logits(server, target, long_prompts):
+    acceptance, running = server
+    if acceptance == "probabilistic":
+        _, last = generate(running, long_prompts[0][:200], 8, return_log_probs=True)
+        assert len(last.log_probs) > 0
+        return
+    with pytest.raises(GenerationError, match=r"speculative\.acceptance: probabilistic"):
+        generate(running, long_prompts[0][:200], 8, return_log_probs=True)
