@@ -121,3 +121,50 @@ def broken_repo(root: Path) -> Path:
     (model / "config.pbtxt").write_text('name: "broken"\nbackend: "python"\nmax_batch_size: 1\n')
     (model / "1" / "model.py").write_text("raise RuntimeError('boom at load')\n")
     return root
+
+
+def write_tensorrtllm_repository(spec, root: Path) -> Path:
+    """``spec``'s tensorrtllm-flavor repository, written as ``root/repo`` (no engines are built)."""
+    import os
+
+    from trt_spec.repository.writer import write_repository
+
+    cwd = os.getcwd()
+    os.chdir(root)  # the spec's relative paths.engines: no engines are built there
+    try:
+        return write_repository(spec, root / "repo", "tensorrtllm").path
+    finally:
+        os.chdir(cwd)
+
+
+def serve_emulated(spec, root: Path):
+    """Start the real (CPU) Triton server on ``spec``'s tensorrtllm-flavor repository, written under
+    ``root``, with its engine models in the TensorRT-LLM backend emulator; the caller stops it."""
+    from trt_spec.serving.emulation import emulated_repository
+    from trt_spec.serving.server import TritonServer
+
+    repo = write_tensorrtllm_repository(spec, root)
+    return TritonServer(emulated_repository(repo, spec, root / "served"), ready_timeout_s=240).start()
+
+
+# The guided-decoding parameters TensorRT-LLM's backend reads with no default.
+GUIDED_KEYS = ("tokenizer_dir", "xgrammar_tokenizer_info_path", "guided_decoding_backend")
+
+
+@pytest.fixture(scope="module")
+def written_configs() -> dict[str, dict]:
+    """The tensorrtllm engine configs our writer produces for the demo spec, as Triton's dict."""
+    from google.protobuf.json_format import MessageToDict
+
+    from trt_spec.plan import make_plan
+    from trt_spec.repository import configs
+    from trt_spec.spec import load_spec
+
+    settings = configs.settings_from_plan(make_plan(load_spec(EXAMPLES / "pystdlib-demo.yaml")), flavor="tensorrtllm")
+    result = {}
+    for role in ("target", "draft"):
+        config = MessageToDict(configs.engine_config(settings, role), preserving_proto_field_name=True)
+        for key in GUIDED_KEYS:  # until the writer writes them everywhere: required by the backend
+            config["parameters"].setdefault(key, {"string_value": ""})
+        result[role] = config
+    return result

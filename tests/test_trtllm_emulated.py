@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import DEMO_EOS, DEMO_PAIR, EXAMPLES, decode, greedy_reference
+from conftest import DEMO_EOS, DEMO_PAIR, EXAMPLES, decode, greedy_reference, write_tensorrtllm_repository
 from google.protobuf import json_format
 
 from trt_spec.bench.prompts import prompt_texts
@@ -64,13 +64,7 @@ def spec():
 @pytest.fixture(scope="module")
 def written(tmp_path_factory, spec):
     """The writer's tensorrtllm-flavor repository, and its files' digests as written."""
-    root = tmp_path_factory.mktemp("written")
-    cwd = os.getcwd()
-    os.chdir(root)  # the spec's relative paths.engines: no engines are built there
-    try:
-        path = write_repository(spec, root / "repo", "tensorrtllm").path
-    finally:
-        os.chdir(cwd)
+    path = write_tensorrtllm_repository(spec, tmp_path_factory.mktemp("written"))
     return path, _tree_digest(path)
 
 

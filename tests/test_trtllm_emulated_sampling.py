@@ -14,20 +14,16 @@ chi-square z-score of 29 against 1.3 with the fix).
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from conftest import DEMO_PAIR
+from conftest import DEMO_PAIR, serve_emulated
 
 from trt_spec.client import SpecClient
-from trt_spec.repository.writer import write_repository
 from trt_spec.runtime.penalties import Penalties, adjusted_scores
 from trt_spec.runtime.sampling import SamplingParams, filtered_softmax
-from trt_spec.serving.emulation import emulated_repository
-from trt_spec.serving.server import TritonServer
 from trt_spec.spec import parse_spec
 
 pytest.importorskip("pytriton", reason="the CPU Triton server comes with nvidia-pytriton")
@@ -56,14 +52,7 @@ def spec():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, spec):
-    root = tmp_path_factory.mktemp("prob")
-    cwd = os.getcwd()
-    os.chdir(root)  # the spec's relative paths.engines: no engines are built there
-    try:
-        repo = write_repository(spec, root / "repo", "tensorrtllm").path
-    finally:
-        os.chdir(cwd)
-    running = TritonServer(emulated_repository(repo, spec, root / "served"), ready_timeout_s=240).start()
+    running = serve_emulated(spec, tmp_path_factory.mktemp("prob"))
     try:
         yield running
     finally:

@@ -12,11 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from google.protobuf.json_format import MessageToDict
+from conftest import GUIDED_KEYS
 from test_twin import PROMPT, early_exit_draft, reference_greedy, tiny_llama
 
-from trt_spec.plan import make_plan
-from trt_spec.repository import configs
 from trt_spec.runtime.sampling import SamplingParams, probabilities, residual_distribution, sample
 from trt_spec.runtime.torch_engine import TorchCausalLM
 from trt_spec.runtime.trtllm_emulator import (
@@ -26,10 +24,8 @@ from trt_spec.runtime.trtllm_emulator import (
     accept_by_probability,
     convert_word_list,
 )
-from trt_spec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO_SPEC = ROOT / "examples" / "pystdlib-demo.yaml"
 DEMO_PAIR = ROOT / "examples" / "pystdlib-pair"
 K = 4
 VOCAB = 64  # tiny_llama's
@@ -42,7 +38,6 @@ FETCH = (
 FORWARD = (
     "Executor failed process requestId 1 due to the following error: Encountered an error in forwardAsync function: "
 )
-GUIDED_KEYS = ("tokenizer_dir", "xgrammar_tokenizer_info_path", "guided_decoding_backend")
 SAMPLED = {"temperature": 0.7, "runtime_top_k": 20, "runtime_top_p": 0.9}
 STAT_SAMPLING = SamplingParams(temperature=0.7, top_k=20, top_p=0.9)  # SAMPLED, as the maths takes it
 STAT_PROMPT = [3, 4, 5, 6]  # where raw draft logits deviate most (about 16 sigma at NUM_TRIALS)
@@ -51,19 +46,6 @@ SIGMAS = 6.0
 
 
 # --- fixtures and helpers ----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def written_configs() -> dict[str, dict]:
-    """The tensorrtllm engine configs our writer produces for the demo spec, as Triton's dict."""
-    settings = configs.settings_from_plan(make_plan(load_spec(DEMO_SPEC)), flavor="tensorrtllm")
-    result = {}
-    for role in ("target", "draft"):
-        config = MessageToDict(configs.engine_config(settings, role), preserving_proto_field_name=True)
-        for key in GUIDED_KEYS:  # until the writer writes them everywhere: required by the backend
-            config["parameters"].setdefault(key, {"string_value": ""})
-        result[role] = config
-    return result
 
 
 @pytest.fixture(autouse=True)

@@ -13,19 +13,14 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import torch
-from conftest import DEMO_EOS, DEMO_PAIR, EXAMPLES, greedy_reference
-from google.protobuf.json_format import MessageToDict
-from test_twin_engine import loop_inputs
+from conftest import DEMO_EOS, DEMO_PAIR, greedy_reference
+from test_twin_engine import loop_inputs, loop_parameters
 
 from trt_spec.bench.prompts import prompt_texts
-from trt_spec.plan import make_plan
-from trt_spec.repository import configs
 from trt_spec.runtime import bls
 from trt_spec.runtime import tensors as T
-from trt_spec.runtime.parameters import LoopParameters
 from trt_spec.runtime.torch_engine import TorchCausalLM
 from trt_spec.runtime.trtllm_emulator import BackendError, BatchItem, EngineFacts, TrtllmBackendEmulator
-from trt_spec.spec import load_spec
 
 K = 4
 NEW_TOKENS = 64
@@ -33,7 +28,6 @@ NUM_REQUESTS = 6
 # A step of 192 tokens and blocks of 8: six ~60-token contexts never fit one step, and a last
 # chunk has room for only what is left of its block, so drafts are discarded in most steps.
 LOADED = {"max_num_tokens": 192, "tokens_per_block": 8}
-GUIDED_KEYS = ("tokenizer_dir", "xgrammar_tokenizer_info_path", "guided_decoding_backend")
 
 
 class BatchingEngines:
@@ -73,18 +67,6 @@ class BatchingEngines:
 
 
 @pytest.fixture(scope="module")
-def written_configs() -> dict[str, dict]:
-    settings = configs.settings_from_plan(make_plan(load_spec(EXAMPLES / "pystdlib-demo.yaml")), flavor="tensorrtllm")
-    result = {}
-    for role in ("target", "draft"):
-        config = MessageToDict(configs.engine_config(settings, role), preserving_proto_field_name=True)
-        for key in GUIDED_KEYS:
-            config["parameters"].setdefault(key, {"string_value": ""})
-        result[role] = config
-    return result
-
-
-@pytest.fixture(scope="module")
 def pair_models():
     return {role: TorchCausalLM.from_pretrained(str(DEMO_PAIR / role)) for role in ("target", "draft")}
 
@@ -108,25 +90,13 @@ def emulators(written_configs, pair_models, **limits) -> dict[str, TrtllmBackend
     return engines
 
 
-def loop_settings() -> LoopParameters:
-    return LoopParameters(
-        target_model=T.TARGET,
-        draft_model=T.DRAFT,
-        max_draft_len=K,
-        adaptive_draft=False,
-        use_draft_logits=False,
-        draft_cost=0.2,
-        verify_slope=0.0,
-    )
-
-
 @pytest.fixture(scope="module")
 def prompts(target):
     return [list(target[1](text)["input_ids"]) for text in prompt_texts(NUM_REQUESTS, 240)]
 
 
 def run_together(engines: BatchingEngines, prompts: list[list[int]]) -> list:
-    settings = loop_settings()
+    settings = loop_parameters(K)
     requests = [bls.read_loop_request(loop_inputs(p, NEW_TOKENS, k=K, end_id=DEMO_EOS), settings) for p in prompts]
 
     async def all_requests():

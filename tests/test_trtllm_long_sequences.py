@@ -10,21 +10,15 @@ target reports it verified. One server per spec."""
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
-import yaml
-from conftest import DEMO_PAIR, decode, greedy_reference
+from conftest import DEMO_PAIR, decode, greedy_reference, serve_emulated
 
 from trt_spec.bench.prompts import load_prompt_texts
 from trt_spec.client import SpecClient
 from trt_spec.errors import GenerationError
-from trt_spec.repository.writer import write_repository
-from trt_spec.serving.emulation import emulated_repository
-from trt_spec.serving.server import TritonServer
-from trt_spec.spec import load_spec
+from trt_spec.spec import parse_spec
 
 pytest.importorskip("pytriton", reason="the CPU Triton server comes with nvidia-pytriton")
 
@@ -34,30 +28,19 @@ PROMPT_TOKENS = 450
 CONCURRENT = 8
 
 
-def long_spec(path: Path, acceptance: str) -> Path:
-    spec = {
-        "name": f"long-{acceptance}",
-        "target": {"model": str(DEMO_PAIR / "target")},
-        "draft": {"model": str(DEMO_PAIR / "draft")},
-        "speculative": {"num_draft_tokens": 4, "acceptance": acceptance},
-        "engine": {"max_batch_size": 8, "max_input_len": MAX_INPUT_LEN, "max_seq_len": MAX_SEQ_LEN},
-        "triton": {"flavor": "tensorrtllm"},
-    }
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
 @pytest.fixture(scope="module", params=["greedy", "probabilistic"])
 def server(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp(request.param)
-    spec = load_spec(long_spec(root / "spec.yaml", request.param))
-    cwd = os.getcwd()
-    os.chdir(root)  # the spec's default paths: no engines are built there
-    try:
-        written = write_repository(spec, root / "repo", "tensorrtllm").path
-    finally:
-        os.chdir(cwd)
-    running = TritonServer(emulated_repository(written, spec, root / "served"), ready_timeout_s=240).start()
+    spec = parse_spec(
+        {
+            "name": f"long-{request.param}",
+            "target": {"model": str(DEMO_PAIR / "target")},
+            "draft": {"model": str(DEMO_PAIR / "draft")},
+            "speculative": {"num_draft_tokens": 4, "acceptance": request.param},
+            "engine": {"max_batch_size": 8, "max_input_len": MAX_INPUT_LEN, "max_seq_len": MAX_SEQ_LEN},
+            "triton": {"flavor": "tensorrtllm"},
+        }
+    )
+    running = serve_emulated(spec, tmp_path_factory.mktemp(request.param))
     try:
         yield request.param, running
     finally:
