@@ -30,6 +30,7 @@ CHECKS = [
     "tensor parallel",
     "dtype",
     "memory",
+    "lengths",
 ]
 
 
@@ -75,6 +76,7 @@ def test_the_demo_pair_passes_every_check(pair):
         "identical: 4096 ids (BPE, 3839 merges); special ids bos 0, eos 0, pad 0, unk 0"
     )
     assert row(report, "positions").detail == "target 1024 (needs 1012), draft 1024 (needs 1008)"
+    assert row(report, "lengths").detail.startswith("engines take inputs up to 1007 tokens (max_seq_len - 1)")
 
 
 def test_one_token_id_differing_is_fatal_and_named(pair):
