@@ -276,6 +276,58 @@ def test_chat_without_max_tokens_fills_the_context(chat_client):
     assert response.usage.total_tokens <= 1008  # the engine's max_seq_len
 
 
+def test_a_stop_string_that_tokenizes_otherwise_ends_generation_streamed_or_not(client, target, prompts):
+    """The ensemble's stop-word match is on tokens; "\n\n" arrives here as two tokens, so only the
+    text match can end it: both ways the text stops there and only what was generated is billed."""
+    prompt = prompts[5]
+    reference = greedy_reference(target, prompt, 200)
+    text = decode(target, reference)
+    cut = text.find("\n\n")
+    reached = next(n for n in range(1, len(reference) + 1) if "\n\n" in decode(target, reference[:n]))
+    options = {"model": MODEL, "prompt": prompt, "max_tokens": 200, "temperature": 0, "stop": ["\n\n"]}
+    response = client.completions.create(**options)
+    assert response.choices[0].text == text[:cut] and response.choices[0].finish_reason == "stop"
+    # Generated up to the iteration that produced the stop string: at most K + 1 tokens past it.
+    assert reached <= response.usage.completion_tokens <= reached + 5
+    assert response.model_extra["speculative"]["num_target_calls"] <= reached
+    chunks = list(client.completions.create(**options, stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == text[:cut]
+    assert chunks[-1].usage.completion_tokens <= reached + 5
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_prompt_of_token_ids_answers_as_its_text(client, target, prompts, nested):
+    ids = target[1](prompts[0])["input_ids"]
+    options = {"model": MODEL, "max_tokens": 8, "temperature": 0}
+    by_ids = client.completions.create(prompt=[ids] if nested else ids, **options)
+    assert by_ids.choices[0].text == client.completions.create(prompt=prompts[0], **options).choices[0].text
+    assert by_ids.usage.prompt_tokens == len(ids)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(prompt=[5, 1_000_000], **options)
+    assert error_of(caught)["param"] == "prompt" and "1000000" in error_of(caught)["message"]
+
+
+@pytest.mark.parametrize("size", [100_000, 20_000_000])
+def test_a_prompt_over_the_byte_limit_is_one_400(client, size):
+    with pytest.raises(openai.BadRequestError) as caught:  # a 4xx: the SDK does not retry it
+        client.completions.create(model=MODEL, prompt="x" * size, max_tokens=4)
+    assert "more than the engine's max_input_len" in error_of(caught)["message"]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_curl_without_a_content_type_is_read_as_json(endpoint, target, prompts):
+    body = {"model": MODEL, "prompt": prompts[4], "max_tokens": 8, "temperature": 0}
+    result = subprocess.run(  # curl -d labels the body application/x-www-form-urlencoded
+        ["curl", "-sS", f"{endpoint.url}/completions", "-d", json.dumps(body)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["choices"][0]["text"] == decode(target, greedy_reference(target, prompts[4], 8))
+
+
 # --- refused requests -----------------------------------------------------------------------------
 
 

@@ -81,8 +81,8 @@ _SPECULATIVE_OUTPUTS = ("acceptance_rate", "total_draft_tokens", "total_accepted
 # A Triton error message that is about the request's parameters (the ensemble's preprocessing and
 # loop name the parameter, its value and the allowed range) rather than a failure of the server.
 _BAD_REQUEST = re.compile(
-    r"must be|must hold|is required|is empty|is not valid|over the engine's|; got |unexpected (inference )?input|"
-    r"unexpected datatype|unexpected shape",
+    r"must be|must hold|is required|is empty|is not valid|over the engine's|more than the engine's|; got |"
+    r"unexpected (inference )?input|unexpected datatype|unexpected shape",
     re.IGNORECASE,
 )
 
@@ -191,17 +191,35 @@ class CompletionRequest(_GenerationRequest):
         if self.suffix:
             raise _unsupported("suffix", "leave it out")
 
-    def prompt_text(self) -> str:
+    def prompt_text(self, tokenizer: Any) -> str:
+        """The prompt as text. Token ids (OpenAI's ``[int, ...]``, or a list of one such list, as
+        lm-eval's ``local-completions`` sends by default) are decoded with the served tokenizer:
+        the ensemble takes text, and preprocessing encodes it again."""
         prompt = self.prompt
+        if isinstance(prompt, list) and prompt and all(isinstance(token, int) for token in prompt):
+            return _decode_prompt(tokenizer, prompt)  # type: ignore[arg-type]
         if isinstance(prompt, list):
-            if len(prompt) != 1 or not isinstance(prompt[0], str):
+            if len(prompt) != 1 or not isinstance(prompt[0], (str, list)):
                 raise bad_request(
-                    "prompt must be one string (or a list of one string): this server takes text, one prompt per "
-                    "request",
+                    "prompt must be one string, one list of token ids, or a list of one of those: this server "
+                    "takes one prompt per request",
                     "prompt",
                 )
-            prompt = prompt[0]
+            return _decode_prompt(tokenizer, prompt[0]) if isinstance(prompt[0], list) else prompt[0]
         return prompt
+
+
+def _decode_prompt(tokenizer: Any, tokens: list[int]) -> str:
+    vocab = len(tokenizer) if tokenizer is not None else 0
+    bad = next((token for token in tokens if not 0 <= token < vocab), None)
+    if not tokens or bad is not None:
+        raise bad_request(
+            f"prompt token ids must be in 0..{vocab - 1} (the served tokenizer's vocabulary); got {bad}"
+            if tokens
+            else "prompt is an empty list of token ids",
+            "prompt",
+        )
+    return str(tokenizer.decode(tokens, skip_special_tokens=False, clean_up_tokenization_spaces=False))
 
 
 class ChatMessage(BaseModel):
@@ -639,6 +657,7 @@ def create_app(grpc_url: str, tokenizer_dir: str | Path, model_name: str, *, ens
             await backend.close()
 
     app = FastAPI(title="trt-spec OpenAI-compatible endpoint", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(_JsonBodies)
     app.state.backend = backend
 
     @app.exception_handler(OpenAIError)
@@ -675,15 +694,18 @@ def create_app(grpc_url: str, tokenizer_dir: str | Path, model_name: str, *, ens
     def ensemble_request(body: _GenerationRequest, prompt: str, max_tokens: int) -> EnsembleRequest:
         temperature = 1.0 if body.temperature is None else body.temperature
         sampled = temperature > 0
+        stop = body.stop_strings()
         return EnsembleRequest(
             prompt=prompt,
             max_tokens=max_tokens,
-            stream=bool(body.stream),
+            # Stop strings are matched on the text as it streams, and the request is cancelled at
+            # the first: the ensemble's token match misses a stop string that tokenizes otherwise.
+            stream=bool(body.stream) or bool(stop),
             temperature=temperature if sampled else None,
             top_p=(1.0 if body.top_p is None else body.top_p) if sampled else None,
             top_k=body.top_k if sampled and body.top_k else None,
             seed=body.seed,
-            stop=body.stop_strings(),
+            stop=stop,
             num_draft_tokens=body.num_draft_tokens,
             presence_penalty=body.presence_penalty or None,
             frequency_penalty=body.frequency_penalty or None,
@@ -694,7 +716,7 @@ def create_app(grpc_url: str, tokenizer_dir: str | Path, model_name: str, *, ens
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Any:
         check_model(body)
-        prompt = body.prompt_text()
+        prompt = body.prompt_text(tokenizer)
         max_tokens = body.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS
         generation = backend.generate(ensemble_request(body, prompt, max_tokens))
         ident, echo = f"cmpl-{uuid.uuid4().hex}", prompt if body.echo else ""
@@ -788,6 +810,24 @@ def create_app(grpc_url: str, tokenizer_dir: str | Path, model_name: str, *, ens
         return await _event_stream(request, generation, chunks)
 
     return app
+
+
+class _JsonBodies:
+    """Every body this API takes is JSON: a POST without a ``Content-Type``, or with the form type
+    ``curl -d`` sends by default, is read as JSON (as OpenAI's own clients always label it)."""
+
+    FORM = b"application/x-www-form-urlencoded"
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            headers = [(key, value) for key, value in scope["headers"] if key != b"content-type"]
+            given = [value for key, value in scope["headers"] if key == b"content-type"]
+            if not given or given[0].split(b";")[0].strip().lower() == self.FORM:
+                scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
 
 
 async def _collect(generation: AsyncIterator[Piece]) -> list[Piece]:
