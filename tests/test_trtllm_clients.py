@@ -5,10 +5,10 @@ TensorRT-LLM's end-to-end gRPC client, Triton's OpenAI frontend and genai-perf/p
 Greedy output through every path equals the target alone; inputs whose speculative treatment is
 not implemented are refused unless neutral, one clear error each. One server for the module.
 
-What each client sends is from /work/shared_notes/trtllm_ensemble_interface.md (sections 4-6):
-``end_to_end_grpc_client.py`` (``prepare_inputs``, ``run_inference``), the OpenAI frontend's
-``_create_trtllm_generate_request``, genai-perf's ``tensorrtllm_converter.py`` and Triton's
-``http_server.cc``.
+What each client sends is read from its source: TensorRT-LLM's
+``triton_backend/inflight_batcher_llm/client/end_to_end_grpc_client.py`` (``prepare_inputs``,
+``run_inference``), the Triton OpenAI frontend's ``_create_trtllm_generate_request``,
+genai-perf's ``tensorrtllm_converter.py`` and Triton's ``http_server.cc``.
 """
 
 from __future__ import annotations
