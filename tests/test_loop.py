@@ -309,6 +309,36 @@ def test_state_plain_step_and_an_answer_with_no_own_token():
     assert state.finish_reason == "eos" and state.stats.accepted_tokens == 2
 
 
+def test_state_counts_only_the_drafts_the_target_verified():
+    # Two of four drafts verified (the executor discarded the rest), both accepted, and the
+    # target's own token happens to equal the discarded third: not an end of sequence.
+    state = LoopState(PROMPT, GenerationParams(max_new_tokens=20, num_draft_tokens=4))
+    assert state.commit(TRUTH[:4], TRUTH[:3], num_verified=2) == TRUTH[:3]
+    assert not state.finished
+    assert state.stats.drafted_tokens == 2 and state.stats.accepted_tokens == 2 and state.stats.rejections == 0
+    # The old reading of the same answer (all sent drafts verified) ends the request.
+    old = LoopState(PROMPT, GenerationParams(max_new_tokens=20, num_draft_tokens=4))
+    old.commit(TRUTH[:4], TRUTH[:3])
+    assert old.finish_reason == "eos"
+    # Verified drafts, all accepted, nothing of its own: the target did end the sequence.
+    state = LoopState(PROMPT, GenerationParams(max_new_tokens=20, num_draft_tokens=4))
+    state.commit(TRUTH[:4], TRUTH[:2], num_verified=2)
+    assert state.finish_reason == "eos"
+    with pytest.raises(ValueError, match="num_verified"):
+        LoopState(PROMPT, GenerationParams()).commit(TRUTH[:2], TRUTH[:1], num_verified=3)
+
+
+def test_state_with_every_draft_discarded_reads_a_plain_answer():
+    # No draft left: the target decoded plainly up to len(drafts) + 1 = 5 tokens.
+    state = LoopState(PROMPT, GenerationParams(max_new_tokens=20, num_draft_tokens=4))
+    assert state.commit(TRUTH[:4], TRUTH[:5], num_verified=0) == TRUTH[:5]
+    assert not state.finished and state.stats.drafted_tokens == 0
+    # Fewer than it was asked for: it reached end_id.
+    state = LoopState(PROMPT, GenerationParams(max_new_tokens=20, num_draft_tokens=4))
+    assert state.commit(TRUTH[:4], TRUTH[:3], num_verified=0) == TRUTH[:3]
+    assert state.finish_reason == "eos"
+
+
 def test_call_seeds_are_distinct_and_reproducible():
     seeds = [call_seed(7, index) for index in range(1000)]
     assert len(set(seeds)) == 1000 and all(0 <= seed < 2**63 for seed in seeds)

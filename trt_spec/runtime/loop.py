@@ -257,7 +257,9 @@ class LoopState:
     of drafts is ambiguous: after j verified drafts, all accepted, the target's own token may
     equal the discarded draft j. So the driver passes ``num_verified``, the drafts the target
     reports it verified (its ``total_draft_tokens``), and only an answer with no token past them
-    is an end of sequence. ``None``: all of them (an engine that never discards drafts).
+    is an end of sequence. ``None``: all of them (an engine that never discards drafts). A
+    target left with none decodes as a plain request up to the ``len(drafts) + 1`` tokens the
+    loop asks for, so there an answer shorter than that is the end of the sequence.
 
     Attributes: ``sequence`` (prompt + output, what both models condition on), ``output``,
     ``stats`` (:class:`RequestStats`), ``finish_reason`` (``"length"``, ``"eos"``, ``"stop"``,
@@ -310,6 +312,8 @@ class LoopState:
         if self.finished:
             raise RuntimeError(f"the request has finished ({self.finish_reason}); nothing more to commit")
         draft_tokens, emitted = list(draft_tokens), list(emitted)
+        # A target whose drafts were all discarded decodes up to len(drafts) + 1 tokens plainly.
+        plain_answer_len = len(draft_tokens) + 1 if num_verified == 0 and draft_tokens else None
         if num_verified is not None:
             if not 0 <= num_verified <= len(draft_tokens):
                 raise ValueError(
@@ -335,7 +339,11 @@ class LoopState:
             if len(self.output) == params.max_new_tokens:
                 self.finish_reason = "length"
                 break
-        if self.finish_reason is None and num_accepted == len(emitted):
+        if plain_answer_len is not None:
+            ended = len(emitted) < plain_answer_len
+        else:
+            ended = num_accepted == len(emitted)
+        if self.finish_reason is None and ended:
             self.finish_reason = "eos"  # the target ended the sequence (see the class docstring)
         self.sequence += kept
         self.stats.emitted_tokens += len(kept)
