@@ -20,30 +20,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from trt_spec.bench.prompts import load_prompt_texts
+from transformers import AutoTokenizer
+
+from trt_spec.bench.long_sequences import MAX_SEQ_LEN, long_prompts, long_sequence_spec
 from trt_spec.client import SpecClient
 from trt_spec.repository.writer import write_repository
 from trt_spec.serving.emulation import emulated_repository
 from trt_spec.serving.server import TritonServer
-from trt_spec.spec import parse_spec
 
 PAIR = Path(__file__).resolve().parents[1] / "examples" / "pystdlib-pair"
-MAX_INPUT_LEN, MAX_SEQ_LEN, PROMPT_TOKENS = 480, 640, 450
-
-
-def long_prompts(count: int) -> list[tuple[str, int]]:
-    """``count`` prompts of PROMPT_TOKENS tokens, each with the max_tokens that reaches max_seq_len."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(PAIR / "target"))
-    sources = [entry["text"] for entry in load_prompt_texts()]
-    half = len(sources) // 2
-    prompts = []
-    for index in range(count):
-        text = "\n".join((sources[index % half], sources[index % half + half], sources[(index + 1) % half]))
-        prompt = tokenizer.decode(tokenizer(text)["input_ids"][:PROMPT_TOKENS])
-        prompts.append((prompt, MAX_SEQ_LEN - len(tokenizer(prompt)["input_ids"])))
-    return prompts
 
 
 def main() -> None:
@@ -52,17 +37,11 @@ def main() -> None:
     parser.add_argument("--acceptance", choices=("greedy", "probabilistic"), default="greedy")
     args = parser.parse_args()
     levels = args.concurrency or [1, 8]
-    spec = parse_spec(
-        {
-            "name": f"load-{args.acceptance}",
-            "target": {"model": str(PAIR / "target")},
-            "draft": {"model": str(PAIR / "draft")},
-            "speculative": {"num_draft_tokens": 4, "acceptance": args.acceptance},
-            "engine": {"max_batch_size": 8, "max_input_len": MAX_INPUT_LEN, "max_seq_len": MAX_SEQ_LEN},
-            "triton": {"flavor": "tensorrtllm"},
-        }
-    )
-    prompts = long_prompts(max(levels))
+    spec = long_sequence_spec(PAIR, args.acceptance)
+    tokenizer = AutoTokenizer.from_pretrained(str(PAIR / "target"))
+    prompts = [
+        (prompt, MAX_SEQ_LEN - len(tokenizer(prompt)["input_ids"])) for prompt in long_prompts(tokenizer, max(levels))
+    ]
     root = Path(tempfile.mkdtemp(prefix="emulated-load-"))
     repo = write_repository(spec, root / "repo", "tensorrtllm").path
     with TritonServer(emulated_repository(repo, spec, root / "served"), ready_timeout_s=240) as server:

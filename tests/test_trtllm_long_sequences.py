@@ -15,32 +15,19 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import DEMO_PAIR, decode, greedy_reference, serve_emulated
 
-from trt_spec.bench.prompts import load_prompt_texts
+from trt_spec.bench.long_sequences import MAX_INPUT_LEN, MAX_SEQ_LEN, long_sequence_spec
+from trt_spec.bench.long_sequences import long_prompts as long_sequence_prompts
 from trt_spec.client import SpecClient
 from trt_spec.errors import GenerationError
-from trt_spec.spec import parse_spec
 
 pytest.importorskip("pytriton", reason="the CPU Triton server comes with nvidia-pytriton")
 
-MAX_INPUT_LEN = 480
-MAX_SEQ_LEN = 640
-PROMPT_TOKENS = 450
 CONCURRENT = 8
 
 
 @pytest.fixture(scope="module", params=["greedy", "probabilistic"])
 def server(request, tmp_path_factory):
-    spec = parse_spec(
-        {
-            "name": f"long-{request.param}",
-            "target": {"model": str(DEMO_PAIR / "target")},
-            "draft": {"model": str(DEMO_PAIR / "draft")},
-            "speculative": {"num_draft_tokens": 4, "acceptance": request.param},
-            "engine": {"max_batch_size": 8, "max_input_len": MAX_INPUT_LEN, "max_seq_len": MAX_SEQ_LEN},
-            "triton": {"flavor": "tensorrtllm"},
-        }
-    )
-    running = serve_emulated(spec, tmp_path_factory.mktemp(request.param))
+    running = serve_emulated(long_sequence_spec(DEMO_PAIR, request.param), tmp_path_factory.mktemp(request.param))
     try:
         yield request.param, running
     finally:
@@ -49,17 +36,7 @@ def server(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def long_prompts(target) -> list[str]:
-    """Eight prompts of PROMPT_TOKENS tokens: packaged Python sources (~250 tokens each) joined,
-    cut at a token boundary."""
-    tokenizer = target[1]
-    sources = [entry["text"] for entry in load_prompt_texts()]
-    texts = []
-    for index in range(CONCURRENT):
-        parts = (sources[index], sources[index + CONCURRENT], sources[(index + 1) % CONCURRENT])
-        tokens = tokenizer("\n".join(parts))["input_ids"]
-        assert len(tokens) >= PROMPT_TOKENS
-        texts.append(tokenizer.decode(tokens[:PROMPT_TOKENS]))
-    return texts
+    return long_sequence_prompts(target[1], CONCURRENT)
 
 
 def room(target, prompt: str) -> int:

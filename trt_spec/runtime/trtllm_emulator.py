@@ -1050,14 +1050,14 @@ class TrtllmBackendEmulator:
         admitted: list[_Admitted] = []
         for index, item in enumerate(batch):
             try:
-                admission = self._admit(item)
+                admission = self._admit(item, index)
             except BackendError as error:
                 results[index] = error
                 continue
             if admission is None:
                 results[index] = {}  # a stop request
             else:
-                admitted.append(admission.at(index))
+                admitted.append(admission)
         try:
             self._schedule(admitted)
         except SchedulingError as error:
@@ -1072,8 +1072,9 @@ class TrtllmBackendEmulator:
                 results[entry.index] = error
         return [result if result is not None else {} for result in results]
 
-    def _admit(self, item: BatchItem) -> _Admitted | None:
-        """The enqueue and the executor's validation of one request (None: a stop request)."""
+    def _admit(self, item: BatchItem, index: int) -> _Admitted | None:
+        """The enqueue and the executor's validation of the batch's ``index``-th request (None: a
+        stop request)."""
         inputs = item.inputs
         # Source: NVIDIA/TensorRT-LLM@0c8de69a1ca6213eebb20a51873890ff128666c2:triton_backend/inflight_batcher_llm/src/model_instance_state.cc ModelInstanceState::handleStopRequest
         if _bool_input(inputs, "stop"):
@@ -1092,7 +1093,7 @@ class TrtllmBackendEmulator:
             draft_tokens, max_new_tokens = self._validate(request)
         except _CppError as error:
             raise _executor_error(request_id_number, "Encountered an error when fetching new request", error) from None
-        return _Admitted(request_id_number, request, draft_tokens, max_new_tokens, tuple(item.requested_outputs))
+        return _Admitted(request_id_number, request, draft_tokens, max_new_tokens, tuple(item.requested_outputs), index)
 
     def _schedule(self, admitted: list[_Admitted]) -> None:
         """The executor's steps over the admitted requests: discards the drafts its scheduler
@@ -1347,15 +1348,11 @@ class _Admitted:
     draft_tokens: list[int]
     max_new_tokens: int
     requested_outputs: tuple[str, ...]
-    index: int = 0  # its place in the batch
-    draft_logits: np.ndarray | None = None
+    index: int  # its place in the batch
+    draft_logits: np.ndarray | None = None  # as the request holds them (reshaped when drafts are discarded)
 
     def __post_init__(self) -> None:
         self.draft_logits = self.request.draft_logits
-
-    def at(self, index: int) -> _Admitted:
-        self.index = index
-        return self
 
     def discard_drafts(self, kept: int) -> None:
         """``LlmRequest::discardDraftTokens``: the drafts resized, the draft logits reshaped to as many rows."""
