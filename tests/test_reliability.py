@@ -108,7 +108,9 @@ def test_an_8_mb_prompt_is_refused_at_once_and_delays_nobody(server, target):
         f"beside it {beside_s:.3f} s, alone {alone_s:.3f} s (medians of 5)"
     )
     assert seconds < 0.1, refusals  # the figure: refused in under 100 ms
-    assert beside_s < 1.15 * alone_s + 0.03, (alone, beside)
+    # What is left is the 8 MB's own copy through gRPC and Triton competing for 2 cores (16-60 ms
+    # measured across runs); queueing behind its tokenization cost 25 s before admission refused it.
+    assert beside_s - alone_s < 0.1, (alone, beside)
 
 
 def test_cancelling_a_non_streaming_request_stops_it(server):
