@@ -53,6 +53,9 @@ LOGITS_DTYPE = "float32"
 # The engine models' exclude_input_in_output, and so the ensemble's default for a request that sends
 # none (TensorRT-LLM's rule): text_output is the completion without the prompt.
 EXCLUDE_INPUT_IN_OUTPUT = True
+# The engine models' output_log_probs: renormalised over the top-k candidates, TensorRT-LLM's
+# default (greedy tokens get 0.0; cum_log_probs is the plain sum either way).
+NORMALIZE_LOG_PROBS = True
 
 
 @dataclass(frozen=True)
@@ -410,6 +413,7 @@ def engine_config(settings: RepositorySettings, role: str) -> ModelConfig:
                 max_seq_len=settings.max_seq_len + (settings.max_draft_len if role == "target" else 0),
                 max_draft_len=settings.max_draft_len if role == "target" else 0,
                 torch_threads=settings.torch_threads,
+                normalize_log_probs=NORMALIZE_LOG_PROBS,
             ),
         )
     config = {
@@ -434,6 +438,7 @@ def engine_config(settings: RepositorySettings, role: str) -> ModelConfig:
             enable_kv_cache_reuse=True,  # the loop resends the prefix every iteration
             enable_chunked_context=True,
             exclude_input_in_output=EXCLUDE_INPUT_IN_OUTPUT,
+            normalize_log_probs=NORMALIZE_LOG_PROBS,
             gpu_device_ids=gpu_device_ids(engine.tp_size),
             # Needs the workers pre-started by mpirun (participant_ids); trt-spec serve lets the
             # backend spawn them (trt_spec/serving/trtllm.py), so the logits go through the host.

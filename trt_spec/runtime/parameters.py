@@ -160,6 +160,9 @@ class TorchEngineParameters(ModelParameters):
     max_seq_len: int  # prompt + generated tokens (+ K on the target, as TensorRT-LLM's builder adds)
     max_draft_len: int  # the most draft_input_ids one request may send (0 on the draft)
     torch_threads: int  # intra-op threads; 0 = torch's default
+    # output_log_probs renormalised over the top-k candidates, as TensorRT-LLM's parameter of this
+    # name (engine_interface.token_log_probs)
+    normalize_log_probs: bool
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,7 @@ class TensorrtLlmParameters(ModelParameters):
     enable_kv_cache_reuse: bool
     enable_chunked_context: bool
     exclude_input_in_output: bool
+    normalize_log_probs: bool  # output_log_probs renormalised over the top-k candidates (upstream's default)
     gpu_device_ids: str  # comma-separated device numbers
     speculative_decoding_fast_logits: bool
     # Read with no default (a config without them fails to load), "" = no guided decoding:

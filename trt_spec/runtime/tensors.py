@@ -297,6 +297,13 @@ ENSEMBLE_INPUTS = (
 LOOP_DIRECT_INPUTS = (SEED, RANDOM_SEED, ADAPTIVE_DRAFT)
 STATS_OUTPUTS = (TOTAL_DRAFT_TOKENS, TOTAL_ACCEPTED_DRAFT_TOKENS, ACCEPTANCE_RATE, NUM_TARGET_CALLS, NUM_OUTPUT_TOKENS)
 # --- engine models: TensorRT-LLM 1.2.x names -----------------------------------------------------
+#
+# Every input and output of upstream's tensorrt_llm model, with its name, dtype, dims, optional,
+# reshape and ragged flags (triton_backend/all_models/inflight_batcher_llm/tensorrt_llm/config.pbtxt
+# @ 0c8de69a1ca6213eebb20a51873890ff128666c2, 1.2.0rc8; its ${...} dtypes as this repository fills
+# them: logits FP32, prompt tables and encoder features FP16), except draft_acceptance_threshold.
+# What both flavors do with each: docs/trtllm-engine-interface.md; the inputs declared but not
+# supported, and their neutral values: runtime/engine_interface.py.
 
 INPUT_IDS = Tensor("input_ids", "INT32", (-1,), ragged=True)
 INPUT_LENGTHS = _engine_scalar("input_lengths", "INT32", optional=False)
@@ -321,23 +328,84 @@ RETURN_GENERATION_LOGITS = REQUEST_RETURN_GENERATION_LOGITS.as_engine_scalar()
 RETURN_PERF_METRICS = REQUEST_RETURN_PERF_METRICS.as_engine_scalar()
 EXCLUDE_INPUT_IN_OUTPUT = REQUEST_EXCLUDE_INPUT_IN_OUTPUT.as_engine_scalar()
 STREAMING = _engine_scalar("streaming", "BOOL")
+# Answered by both flavors: output_log_probs and cum_log_probs (not with draft_input_ids), the
+# token counts, one sequence per request, context logits refused as an engine built without
+# gather_context_logits refuses them, and a stop request (nothing of it is running any more).
+ENGINE_RETURN_LOG_PROBS = RETURN_LOG_PROBS.as_engine_scalar()
+ENGINE_RETURN_CONTEXT_LOGITS = RETURN_CONTEXT_LOGITS.as_engine_scalar()
+ENGINE_RETURN_NUM_INPUT_TOKENS = RETURN_NUM_INPUT_TOKENS.as_engine_scalar()
+ENGINE_RETURN_NUM_OUTPUT_TOKENS = RETURN_NUM_OUTPUT_TOKENS.as_engine_scalar()
+ENGINE_NUM_RETURN_SEQUENCES = NUM_RETURN_SEQUENCES.as_engine_scalar()
+STOP = _engine_scalar("stop", "BOOL")
+# Declared and refused unless absent or neutral (engine_interface.py): encoder-decoder and
+# multimodal models, decoding modes and adapters the speculative loop does not drive.
+ENCODER_INPUT_FEATURES = Tensor("encoder_input_features", "FP16", (-1, -1), optional=True, ragged=True)
+ENCODER_OUTPUT_LENGTHS = _engine_scalar("encoder_output_lengths", "INT32")
+DECODER_INPUT_IDS = Tensor("decoder_input_ids", "INT32", (-1,), optional=True, ragged=True)
+DECODER_INPUT_LENGTHS = _engine_scalar("decoder_input_lengths", "INT32")
+RUNTIME_TOP_P_MIN = _engine_scalar("runtime_top_p_min", "FP32")
+RUNTIME_TOP_P_DECAY = _engine_scalar("runtime_top_p_decay", "FP32")
+RUNTIME_TOP_P_RESET_IDS = _engine_scalar("runtime_top_p_reset_ids", "INT32")
+LEN_PENALTY = _engine_scalar("len_penalty", "FP32")
+EARLY_STOPPING = _engine_scalar("early_stopping", "BOOL")
+BEAM_SEARCH_DIVERSITY_RATE = _engine_scalar("beam_search_diversity_rate", "FP32")
+ENGINE_PROMPT_EMBEDDING_TABLE = Tensor("prompt_embedding_table", "FP16", (-1, -1), optional=True, ragged=True)
+PROMPT_TABLE_EXTRA_IDS = Tensor("prompt_table_extra_ids", "UINT64", (-1,), optional=True, ragged=True)
+ENGINE_PROMPT_VOCAB_SIZE = PROMPT_VOCAB_SIZE.as_engine_scalar()
+CROSS_ATTENTION_MASK = Tensor("cross_attention_mask", "BOOL", (-1, -1), optional=True, ragged=True)
+MROPE_ROTARY_COS_SIN = Tensor("mrope_rotary_cos_sin", "FP32", (-1,), optional=True)
+MROPE_POSITION_DELTAS = Tensor("mrope_position_deltas", "INT64", (1,), optional=True)
+ENGINE_LORA_TASK_ID = LORA_TASK_ID.as_engine_scalar()
+CONTEXT_PHASE_PARAMS = Tensor("context_phase_params", "UINT8", (-1,), optional=True, ragged=True)
+SKIP_CROSS_ATTN_BLOCKS = Tensor("skip_cross_attn_blocks", "BOOL", (1,), optional=True, ragged=True)
+RETENTION_TOKEN_RANGE_STARTS = Tensor("retention_token_range_starts", "INT32", (-1,), optional=True, ragged=True)
+RETENTION_TOKEN_RANGE_ENDS = RETENTION_TOKEN_RANGE_STARTS.with_name("retention_token_range_ends")
+RETENTION_TOKEN_RANGE_PRIORITIES = RETENTION_TOKEN_RANGE_STARTS.with_name("retention_token_range_priorities")
+RETENTION_TOKEN_RANGE_DURATIONS_MS = RETENTION_TOKEN_RANGE_STARTS.with_name("retention_token_range_durations_ms")
+RETENTION_DECODE_PRIORITY = Tensor("retention_decode_priority", "INT32", (1,), optional=True, ragged=True)
+RETENTION_DECODE_DURATION_MS = RETENTION_DECODE_PRIORITY.with_name("retention_decode_duration_ms")
+LOOKAHEAD_WINDOW_SIZE = Tensor("lookahead_window_size", "INT32", (1,), optional=True, ragged=True)
+LOOKAHEAD_NGRAM_SIZE = LOOKAHEAD_WINDOW_SIZE.with_name("lookahead_ngram_size")
+LOOKAHEAD_VERIFICATION_SET_SIZE = LOOKAHEAD_WINDOW_SIZE.with_name("lookahead_verification_set_size")
 
 OUTPUT_IDS = Tensor("output_ids", "INT32", (-1, -1))  # [beam, tokens]
 SEQUENCE_LENGTH = Tensor("sequence_length", "INT32", (-1,))  # [beam]
+ENGINE_CUM_LOG_PROBS = Tensor("cum_log_probs", "FP32", (-1,))  # [beam]
+ENGINE_OUTPUT_LOG_PROBS = Tensor("output_log_probs", "FP32", (-1, -1))  # [beam, generated tokens]
+ENGINE_CONTEXT_LOGITS = Tensor("context_logits", "FP32", (-1, -1))  # [prompt tokens, vocab]
 GENERATION_LOGITS = Tensor("generation_logits", "FP32", (-1, -1, -1))  # [beam, tokens, vocab]
+ENGINE_BATCH_INDEX = Tensor("batch_index", "INT32", (1,))
+ENGINE_SEQUENCE_INDEX = Tensor("sequence_index", "INT32", (1,))
+CONTEXT_PHASE_PARAMS_OUTPUT = Tensor("context_phase_params", "UINT8", (-1,))
 KV_CACHE_REUSED_BLOCKS = Tensor("kv_cache_reused_blocks", "INT32", (1,))
 KV_CACHE_ALLOC_NEW_BLOCKS = Tensor("kv_cache_alloc_new_blocks", "INT32", (1,))
 KV_CACHE_ALLOC_TOTAL_BLOCKS = Tensor("kv_cache_alloc_total_blocks", "INT32", (1,))
+ENGINE_ARRIVAL_TIME_NS = Tensor("arrival_time_ns", "INT64", (1,))
+ENGINE_FIRST_SCHEDULED_TIME_NS = Tensor("first_scheduled_time_ns", "INT64", (1,))
+ENGINE_FIRST_TOKEN_TIME_NS = Tensor("first_token_time_ns", "INT64", (1,))
+ENGINE_LAST_TOKEN_TIME_NS = Tensor("last_token_time_ns", "INT64", (1,))
 # Speculative-decoding perf metrics (with return_perf_metrics): per executor request, so for one
 # verification call total_draft_tokens is the drafts the target verified after any it discarded.
 ENGINE_ACCEPTANCE_RATE = Tensor("acceptance_rate", "FP32", (1,))
 ENGINE_TOTAL_ACCEPTED_DRAFT_TOKENS = Tensor("total_accepted_draft_tokens", "INT32", (1,))
 ENGINE_TOTAL_DRAFT_TOKENS = Tensor("total_draft_tokens", "INT32", (1,))
+ENGINE_NUM_INPUT_TOKENS = Tensor("num_input_tokens", "INT32", (1,))  # [1] with return_num_input_tokens
+ENGINE_NUM_OUTPUT_TOKENS = Tensor("num_output_tokens", "INT32", (1,))  # [1]: output_ids' length
 
-_ENGINE_COMMON_INPUTS = (
+# Upstream's order. The target verifies external draft tokens (TensorRT-LLM's
+# ExternalDraftTokensConfig); we never declare draft_acceptance_threshold: a threshold makes
+# acceptance inexact. The draft takes no drafts.
+TARGET_INPUTS = (
     INPUT_IDS,
+    ENCODER_INPUT_FEATURES,
+    ENCODER_OUTPUT_LENGTHS,
     INPUT_LENGTHS,
     REQUEST_OUTPUT_LEN,
+    ENGINE_NUM_RETURN_SEQUENCES,
+    DRAFT_INPUT_IDS,
+    DECODER_INPUT_IDS,
+    DECODER_INPUT_LENGTHS,
+    DRAFT_LOGITS,
     END_ID,
     PAD_ID,
     STOP_WORDS_LIST,
@@ -347,30 +415,89 @@ _ENGINE_COMMON_INPUTS = (
     ENGINE_TEMPERATURE,
     RUNTIME_TOP_K,
     RUNTIME_TOP_P,
+    RUNTIME_TOP_P_MIN,
+    RUNTIME_TOP_P_DECAY,
+    RUNTIME_TOP_P_RESET_IDS,
+    LEN_PENALTY,
+    EARLY_STOPPING,
     ENGINE_REPETITION_PENALTY,
+    ENGINE_MIN_TOKENS,
+    BEAM_SEARCH_DIVERSITY_RATE,
     ENGINE_PRESENCE_PENALTY,
     ENGINE_FREQUENCY_PENALTY,
-    ENGINE_MIN_TOKENS,
     ENGINE_SEED,
+    ENGINE_RETURN_LOG_PROBS,
+    ENGINE_RETURN_CONTEXT_LOGITS,
     RETURN_GENERATION_LOGITS,
     RETURN_PERF_METRICS,
+    ENGINE_RETURN_NUM_INPUT_TOKENS,
+    ENGINE_RETURN_NUM_OUTPUT_TOKENS,
     EXCLUDE_INPUT_IN_OUTPUT,
+    STOP,
     STREAMING,
+    ENGINE_PROMPT_EMBEDDING_TABLE,
+    PROMPT_TABLE_EXTRA_IDS,
+    ENGINE_PROMPT_VOCAB_SIZE,
+    CROSS_ATTENTION_MASK,
+    MROPE_ROTARY_COS_SIN,
+    MROPE_POSITION_DELTAS,
+    ENGINE_LORA_TASK_ID,
+    LORA_WEIGHTS,
+    LORA_CONFIG,
+    CONTEXT_PHASE_PARAMS,
+    SKIP_CROSS_ATTN_BLOCKS,
+    RETENTION_TOKEN_RANGE_STARTS,
+    RETENTION_TOKEN_RANGE_ENDS,
+    RETENTION_TOKEN_RANGE_PRIORITIES,
+    RETENTION_TOKEN_RANGE_DURATIONS_MS,
+    RETENTION_DECODE_PRIORITY,
+    RETENTION_DECODE_DURATION_MS,
+    GUIDED_DECODING_GUIDE_TYPE,
+    GUIDED_DECODING_GUIDE,
+    LOOKAHEAD_WINDOW_SIZE,
+    LOOKAHEAD_NGRAM_SIZE,
+    LOOKAHEAD_VERIFICATION_SET_SIZE,
 )
-# The target verifies external draft tokens (TensorRT-LLM's ExternalDraftTokensConfig). We never
-# declare draft_acceptance_threshold: a threshold makes acceptance inexact.
-TARGET_INPUTS = (*_ENGINE_COMMON_INPUTS[:3], DRAFT_INPUT_IDS, DRAFT_LOGITS, *_ENGINE_COMMON_INPUTS[3:])
-DRAFT_ENGINE_INPUTS = _ENGINE_COMMON_INPUTS
+DRAFT_ENGINE_INPUTS = tuple(tensor for tensor in TARGET_INPUTS if tensor not in (DRAFT_INPUT_IDS, DRAFT_LOGITS))
 ENGINE_OUTPUTS = (
     OUTPUT_IDS,
     SEQUENCE_LENGTH,
+    ENGINE_CUM_LOG_PROBS,
+    ENGINE_OUTPUT_LOG_PROBS,
+    ENGINE_CONTEXT_LOGITS,
     GENERATION_LOGITS,
-    KV_CACHE_REUSED_BLOCKS,
+    ENGINE_BATCH_INDEX,
+    ENGINE_SEQUENCE_INDEX,
+    CONTEXT_PHASE_PARAMS_OUTPUT,
     KV_CACHE_ALLOC_NEW_BLOCKS,
+    KV_CACHE_REUSED_BLOCKS,
     KV_CACHE_ALLOC_TOTAL_BLOCKS,
+    ENGINE_ARRIVAL_TIME_NS,
+    ENGINE_FIRST_SCHEDULED_TIME_NS,
+    ENGINE_FIRST_TOKEN_TIME_NS,
+    ENGINE_LAST_TOKEN_TIME_NS,
     ENGINE_ACCEPTANCE_RATE,
     ENGINE_TOTAL_ACCEPTED_DRAFT_TOKENS,
     ENGINE_TOTAL_DRAFT_TOKENS,
+    ENGINE_NUM_INPUT_TOKENS,
+    ENGINE_NUM_OUTPUT_TOKENS,
+)
+# Declared, never filled by either flavor: context logits (refused), batch_index and
+# sequence_index (upstream fills them only for several prompts or sequences in one request, which
+# the engine models refuse), context_phase_params (disaggregated serving), the KV-cache and timing
+# metrics.
+ENGINE_UNFILLED_OUTPUTS = (
+    ENGINE_CONTEXT_LOGITS,
+    ENGINE_BATCH_INDEX,
+    ENGINE_SEQUENCE_INDEX,
+    CONTEXT_PHASE_PARAMS_OUTPUT,
+    KV_CACHE_ALLOC_NEW_BLOCKS,
+    KV_CACHE_REUSED_BLOCKS,
+    KV_CACHE_ALLOC_TOTAL_BLOCKS,
+    ENGINE_ARRIVAL_TIME_NS,
+    ENGINE_FIRST_SCHEDULED_TIME_NS,
+    ENGINE_FIRST_TOKEN_TIME_NS,
+    ENGINE_LAST_TOKEN_TIME_NS,
 )
 
 # TensorRT-LLM's outputs the loop cannot fill (logits, KV-cache and timing metrics): declared and

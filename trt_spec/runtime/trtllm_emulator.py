@@ -31,22 +31,28 @@ What a request goes through, stage by stage, and how each stage's errors reach a
    (:class:`~trt_spec.runtime.prefix_cache.PrefixCachePool`).
 6. **response** (``fillTritonResponse``): the output tensors, and with ``return_perf_metrics``
    the speculative-decoding counts (``total_draft_tokens``: the drafts verified, after any
-   discarded). A failure is ``Error encountered while populating response: <what>``.
+   discarded); with ``return_log_probs`` ``output_log_probs`` and ``cum_log_probs``, with
+   ``return_num_input_tokens`` / ``return_num_output_tokens`` the counts, as
+   :mod:`~trt_spec.runtime.engine_interface` computes them for both flavors. A failure is
+   ``Error encountered while populating response: <what>``.
 
 Message texts are upstream's: a ``TLLM_CHECK`` failure reads ``[TensorRT-LLM][ERROR] Assertion
 failed: <info>``; the `` (<file>:<line>)`` and stack trace that ``TllmException`` appends to
 every ``TLLM_CHECK``/``TLLM_THROW`` text are left out (match messages by prefix or substring).
 :class:`BackendError` also carries ``stage`` (``load``, ``enqueue``, ``executor``, ``response``,
-or ``emulator`` for what the emulator cannot do).
+or ``emulator`` for what the emulator cannot do and what this repository does not support: the
+inputs :mod:`~trt_spec.runtime.engine_interface` refuses unless neutral, ``num_return_sequences``
+above 1, ``return_log_probs`` with ``draft_input_ids``; upstream would run those).
 
 Penalties, ``min_tokens``, bad words and the embedding bias are applied as the penalty and
 ban-words layers do, per position (:mod:`trt_spec.runtime.penalties` cites the kernels), with
 ``min_tokens`` 1 when a request sends none.
 
 Not emulated: the engine directory (``gpt_model_path`` is not checked to exist: there is no
-engine on a CPU), beam search, streaming and batched requests in decoupled mode, ``len_penalty``,
-guided decoding, LoRA, log probs (``output_log_probs``), perf metrics other than the speculative
-counts (the ``kv_cache_*`` and timing outputs are never sent), context logits, orchestrator mode,
+engine on a CPU), beam search, streaming and batched requests in decoupled mode, the inputs
+declared but not supported (``len_penalty``, guided decoding, LoRA, ...: refused unless neutral),
+log probs of a draft-tokens request (refused), perf metrics other than the speculative counts (the
+``kv_cache_*`` and timing outputs are never sent), context logits, orchestrator mode,
 FP16 arithmetic (probabilities are float32 whatever the engine dtype), and what the scheduler
 module lists.
 
@@ -66,7 +72,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from trt_spec.runtime import engine_interface
 from trt_spec.runtime import tensors as T
+from trt_spec.runtime.engine_interface import TOP_K_MAX
 from trt_spec.runtime.errors import GenerationParamsError
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 from trt_spec.runtime.penalties import (
@@ -88,24 +96,9 @@ LOGITS_DTYPES = {"FP32": np.float32, "FP16": np.float16}
 _DTYPE_NAMES = {"float32": "float", "float16": "half", "int32": "int32", "int64": "int64", "int8": "int8"}
 _DTYPE_NAMES.update({"uint8": "uint8", "bool": "bool", "float64": "double", "uint64": "uint64"})
 
-# Source: NVIDIA/TensorRT-LLM@e41b05cdc69021efb4116ed5f32eeb1840a47981:cpp/tensorrt_llm/kernels/samplingTopKKernels.h clampTopK
-TOP_K_MAX = 1024
-
-# Inputs the backend reads that change decoding in ways the emulator does not reproduce: refused.
-NOT_EMULATED_INPUTS = frozenset(
-    {
-        "len_penalty",
-        "no_repeat_ngram_size",
-        "num_return_sequences",
-        "prompt_embedding_table",
-        "lora_task_id",
-        "lora_weights",
-        "lora_config",
-        "guided_decoding_guide_type",
-        "guided_decoding_guide",
-        "encoder_input_features",
-    }
-)
+# Inputs the backend reads that change decoding in ways the emulator does not reproduce, and that
+# our configs do not declare: refused. The declared ones are engine_interface.UNSUPPORTED_INPUTS.
+NOT_EMULATED_INPUTS = frozenset({"no_repeat_ngram_size"})
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -154,6 +147,11 @@ def _executor_error(request_id: int, where: str, error: _CppError) -> BackendErr
 
 def _not_emulated(what: str) -> BackendError:
     return BackendError(f"TensorRT-LLM backend emulator: {what} is not emulated", stage="emulator")
+
+
+def _unsupported(message: str) -> BackendError:
+    """What this repository refuses though upstream would run it (engine_interface's messages)."""
+    return BackendError(f"TensorRT-LLM backend emulator: {message}", stage="emulator")
 
 
 # --- what an engine would tell the backend ----------------------------------------------------
@@ -355,7 +353,10 @@ _AFTER_EXECUTOR = (
 )
 SCHEDULER_POLICIES = ("max_utilization", "guaranteed_no_evict")
 DECODING_MODES = tuple("top_k top_p top_k_top_p beam_search medusa redrafter lookahead eagle".split())
-LOOKAHEAD_PARAMETERS = ("lookahead_window_size", "lookahead_ngram_size", "lookahead_verification_set_size")
+# The model-config parameters, named as the request inputs of the same meaning.
+LOOKAHEAD_PARAMETERS = tuple(
+    tensor.name for tensor in (T.LOOKAHEAD_WINDOW_SIZE, T.LOOKAHEAD_NGRAM_SIZE, T.LOOKAHEAD_VERIFICATION_SET_SIZE)
+)
 
 
 class _Parameters:
@@ -426,7 +427,7 @@ class BackendConfig:
             (
                 str(output.get("data_type", ""))[len("TYPE_") :]
                 for output in model_config.get("output") or ()
-                if output.get("name") in (T.GENERATION_LOGITS.name, "context_logits")
+                if output.get("name") in (T.GENERATION_LOGITS.name, T.ENGINE_CONTEXT_LOGITS.name)
             ),
             None,
         )
@@ -674,6 +675,9 @@ class BackendRequest:
     penalties: Penalties = ENGINE_DEFAULT_PENALTIES
     embedding_bias_size: int = 0  # entries of the embedding_bias sent (0: none)
     return_perf_metrics: bool = False
+    return_log_probs: bool = False
+    return_num_input_tokens: bool = False
+    return_num_output_tokens: bool = False
 
     @classmethod
     def from_tensors(cls, inputs: Mapping[str, np.ndarray], config: BackendConfig) -> BackendRequest:
@@ -699,11 +703,14 @@ class BackendRequest:
         refused = sorted(NOT_EMULATED_INPUTS & set(inputs))
         if refused:
             raise _not_emulated(f"the input {', '.join(refused)}")
+        unsupported = engine_interface.num_return_sequences_error(inputs) or engine_interface.unsupported_input(inputs)
+        if unsupported:
+            raise _unsupported(unsupported)
 
         # Source: NVIDIA/TensorRT-LLM@192908136e53ddfc2f282e81e6ecdb76af06eb50:triton_backend/inflight_batcher_llm/src/utils.cc getOutputConfigFromTensors
-        _scalar(inputs, "return_log_probs", np.bool_)
+        return_log_probs = bool(_scalar(inputs, T.ENGINE_RETURN_LOG_PROBS.name, np.bool_))
         return_generation_logits = bool(_scalar(inputs, T.RETURN_GENERATION_LOGITS.name, np.bool_))
-        return_context_logits = bool(_scalar(inputs, "return_context_logits", np.bool_))
+        return_context_logits = bool(_scalar(inputs, T.ENGINE_RETURN_CONTEXT_LOGITS.name, np.bool_))
         return_perf_metrics = bool(_scalar(inputs, T.RETURN_PERF_METRICS.name, np.bool_))
         exclude = _scalar(inputs, T.EXCLUDE_INPUT_IN_OUTPUT.name, np.bool_)  # the request's wins over the config's
 
@@ -772,6 +779,8 @@ class BackendRequest:
                 if draft_logits.ndim == 3 and draft_logits.shape[0] == 1:
                     draft_logits = draft_logits[0]
             threshold = _scalar(inputs, "draft_acceptance_threshold", np.float32)
+            if return_log_probs and draft_tokens:
+                raise _unsupported(engine_interface.LOG_PROBS_WITH_DRAFTS)
 
         # Source: NVIDIA/TensorRT-LLM@a678b91aafbeff265cd0b764abb59d7def624ac2:cpp/tensorrt_llm/executor/requestImpl.h Request::Impl::validate
         _check(bool(input_tokens), "!mInputTokenIds.empty()")
@@ -784,6 +793,10 @@ class BackendRequest:
             return_generation_logits=return_generation_logits,
             return_context_logits=return_context_logits,
             return_perf_metrics=return_perf_metrics,
+            return_log_probs=return_log_probs,
+            # Source: NVIDIA/TensorRT-LLM@0c8de69a1ca6213eebb20a51873890ff128666c2:triton_backend/inflight_batcher_llm/src/model_instance_state.cc ModelInstanceState::enqueue (getRequestBooleanInputTensor)
+            return_num_input_tokens=_bool_input(inputs, T.ENGINE_RETURN_NUM_INPUT_TOKENS.name),
+            return_num_output_tokens=_bool_input(inputs, T.ENGINE_RETURN_NUM_OUTPUT_TOKENS.name),
             stop_words=tuple(tuple(word) for word in stop_words if word),
             beam_width=beam_width,
             top_k=top_k,
@@ -1077,7 +1090,7 @@ class TrtllmBackendEmulator:
         stop request)."""
         inputs = item.inputs
         # Source: NVIDIA/TensorRT-LLM@0c8de69a1ca6213eebb20a51873890ff128666c2:triton_backend/inflight_batcher_llm/src/model_instance_state.cc ModelInstanceState::handleStopRequest
-        if _bool_input(inputs, "stop"):
+        if _bool_input(inputs, T.STOP.name):
             if item.request_id == "":
                 raise BackendError("Trying to stop a request but request ID is not provided", stage="enqueue")
             return None  # nothing of this request runs here, so there is nothing to cancel
@@ -1306,6 +1319,25 @@ class TrtllmBackendEmulator:
             rows = torch.stack(logits).numpy() if logits else np.zeros((0, vocab), np.float32)  # [n, V] raw
             rows = rows.astype(LOGITS_DTYPES[self.engine.logits_dtype])
             outputs[T.GENERATION_LOGITS.name] = rows.reshape(1, 1, *rows.shape)  # [1, beams, n, V]
+        if request.return_log_probs:
+            log_probs = engine_interface.log_prob_outputs(
+                logits,
+                prompt,
+                tokens,
+                temperature=request.score_temperature,
+                penalties=request.penalties,
+                end_id=request.end_id,
+                top_k=engine_interface.log_prob_top_k(request.top_k, request.top_p),
+                normalize=bool(self.config.parameters["normalize_log_probs"]),
+            )
+            outputs.update({name: array for name, array in log_probs.items() if name in names})
+        counts = engine_interface.token_count_outputs(
+            len(request.input_tokens),
+            len(ids),
+            input_count=request.return_num_input_tokens,
+            output_count=request.return_num_output_tokens,
+        )
+        outputs.update({name: array for name, array in counts.items() if name in names})
         if request.return_perf_metrics:
             outputs.update(_speculative_metrics(names, draft_tokens, tokens, self.engine))
         return outputs

@@ -23,6 +23,16 @@ temperature, ``repetition_penalty``/``presence_penalty``/``frequency_penalty``, 
 ``bad_words_list``, each row of a verification for its own position.
 ``seed`` seeds one ``torch.Generator`` per call; without it each call draws fresh randomness.
 
+Beyond decoding, both engines answer upstream's other inputs as :mod:`~trt_spec.runtime.engine_interface`
+says, the same as the tensorrtllm flavor: ``return_log_probs`` (``output_log_probs`` and
+``cum_log_probs`` of the generated tokens under the scores they were drawn from, at the temperature
+sent; ``normalize_log_probs`` as the config sets it; refused with ``draft_input_ids``),
+``return_num_input_tokens`` / ``return_num_output_tokens``, ``num_return_sequences`` 1,
+``return_context_logits`` refused (the twin gathers none, as an engine built without
+``gather_context_logits``), a ``stop`` request answered with an empty response (one request runs at
+a time, so the one it names has finished), and the inputs declared but not supported refused unless
+neutral.
+
 There is no session key: KV caches are reused by token prefix (:class:`PrefixCachePool`).
 Library code, without Triton: the model file (``models/torch_engine/model.py``) only moves
 tensors in and out. One request at a time; requests are batch size 1.
@@ -36,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from trt_spec.runtime import engine_interface
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.errors import GenerationParamsError
 from trt_spec.runtime.penalties import (
@@ -79,6 +90,11 @@ class EngineRequest:
     stop_sequences: tuple[tuple[int, ...], ...]
     penalties: Penalties = ENGINE_DEFAULT_PENALTIES  # min_tokens: this call's
     return_perf_metrics: bool = False  # the speculative-decoding counts (the twin discards no draft)
+    return_log_probs: bool = False
+    return_num_input_tokens: bool = False
+    return_num_output_tokens: bool = False
+    score_temperature: float = NEUTRAL_TEMPERATURE  # the temperature sent (1 when none): the log probs' scale
+    log_prob_top_k: int = 1  # the top-k kernel's k, or 0 for the top-p kernel (engine_interface.log_prob_top_k)
 
 
 def _value(inputs: Mapping[str, np.ndarray], name: str):
@@ -167,6 +183,7 @@ def read_request(inputs: Mapping[str, np.ndarray], role: str, vocab_size: int | 
     Raises:
         EngineRequestError: a missing or malformed input, or one the role does not take.
     """
+    check_interface(inputs)
     input_ids = _row(inputs, T.INPUT_IDS.name)
     if input_ids is None:
         raise EngineRequestError("input_ids is required")
@@ -189,6 +206,9 @@ def read_request(inputs: Mapping[str, np.ndarray], role: str, vocab_size: int | 
     if role == "draft" and (draft_ids is not None or draft_logits is not None):
         raise EngineRequestError("the draft engine takes no draft_input_ids or draft_logits")
     draft_tokens = [] if draft_ids is None else [int(token) for token in draft_ids.reshape(-1)]
+    return_log_probs = bool(_value(inputs, T.ENGINE_RETURN_LOG_PROBS.name))
+    if return_log_probs and draft_tokens:
+        raise EngineRequestError(engine_interface.LOG_PROBS_WITH_DRAFTS)
     logits = None
     if draft_logits is not None and draft_tokens:
         if draft_logits.ndim != 2 or draft_logits.shape[0] != len(draft_tokens):
@@ -200,6 +220,10 @@ def read_request(inputs: Mapping[str, np.ndarray], role: str, vocab_size: int | 
     end_id = _value(inputs, T.END_ID.name)
     seed = _value(inputs, T.ENGINE_SEED.name)
     exclude = _value(inputs, T.EXCLUDE_INPUT_IN_OUTPUT.name)
+    temperature = _value(inputs, T.ENGINE_TEMPERATURE.name)
+    score_temperature = NEUTRAL_TEMPERATURE if temperature is None else float(temperature)
+    if return_log_probs and not 0 <= score_temperature < float("inf"):
+        raise EngineRequestError(f"temperature must be a finite number >= 0; got {temperature}")
     return EngineRequest(
         sequence=[int(token) for token in input_ids[:length]],
         request_output_len=int(output_len),
@@ -213,7 +237,31 @@ def read_request(inputs: Mapping[str, np.ndarray], role: str, vocab_size: int | 
         stop_sequences=stop_sequences_from_list(_row(inputs, T.STOP_WORDS_LIST.name)),
         penalties=penalties_from_inputs(inputs, vocab_size if vocab_size is not None else 0),
         return_perf_metrics=bool(_value(inputs, T.RETURN_PERF_METRICS.name)),
+        return_log_probs=return_log_probs,
+        return_num_input_tokens=bool(_value(inputs, T.ENGINE_RETURN_NUM_INPUT_TOKENS.name)),
+        return_num_output_tokens=bool(_value(inputs, T.ENGINE_RETURN_NUM_OUTPUT_TOKENS.name)),
+        score_temperature=score_temperature,
+        log_prob_top_k=engine_interface.log_prob_top_k(
+            _value(inputs, T.RUNTIME_TOP_K.name), _value(inputs, T.RUNTIME_TOP_P.name)
+        ),
     )
+
+
+def check_interface(inputs: Mapping[str, np.ndarray]) -> None:
+    """Upstream's inputs the twin does not support: one sequence, no context logits, the rest
+    neutral (:mod:`~trt_spec.runtime.engine_interface`).
+
+    Raises:
+        EngineRequestError: the first one sent with a value that is not supported.
+    """
+    message = engine_interface.num_return_sequences_error(inputs) or engine_interface.unsupported_input(inputs)
+    if message:
+        raise EngineRequestError(message)
+    if _value(inputs, T.ENGINE_RETURN_CONTEXT_LOGITS.name):
+        raise EngineRequestError(
+            "return_context_logits needs an engine built with gather_context_logits, and this repository's engines "
+            "gather none: send false or omit it"
+        )
 
 
 class TwinEngine:
@@ -223,21 +271,37 @@ class TwinEngine:
     ``max_draft_len``: the longest draft a target verifies; ``max_seq_len``: prompt + output limit.
     """
 
-    def __init__(self, engine: TorchCausalLM, role: str, *, max_draft_len: int, max_seq_len: int, cache_slots: int):
+    def __init__(
+        self,
+        engine: TorchCausalLM,
+        role: str,
+        *,
+        max_draft_len: int,
+        max_seq_len: int,
+        cache_slots: int,
+        normalize_log_probs: bool = True,
+    ):
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
         self.role = role
+        self.normalize_log_probs = normalize_log_probs
         self.max_draft_len = max_draft_len
         self.max_seq_len = max_seq_len
         self.vocab_size = engine.vocab_size
         self.pool = PrefixCachePool(engine, cache_slots, max_divergence=max_draft_len + 1)
 
-    def execute(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """One request's outputs (with the batch dimension), by TensorRT-LLM output name.
+    def execute(self, inputs: Mapping[str, np.ndarray], request_id: str | None = None) -> dict[str, np.ndarray]:
+        """One request's outputs (with the batch dimension), by TensorRT-LLM output name; none for
+        a ``stop`` request. ``request_id``: Triton's id of the request (None: unknown).
 
         Raises:
             EngineRequestError: a malformed request, or one over the engine's limits.
         """
+        if _value(inputs, T.STOP.name):
+            # Source: NVIDIA/TensorRT-LLM@0c8de69a1ca6213eebb20a51873890ff128666c2:triton_backend/inflight_batcher_llm/src/model_instance_state.cc ModelInstanceState::handleStopRequest
+            if request_id == "":
+                raise EngineRequestError("Trying to stop a request but request ID is not provided")
+            return {}  # requests run one at a time: the one named has finished, as upstream then answers
         request = read_request(inputs, self.role, self.vocab_size)
         if len(request.draft_tokens) > self.max_draft_len:
             raise EngineRequestError(
@@ -278,7 +342,7 @@ class TwinEngine:
                 token = int(scores.argmax())
             else:
                 token = int(sample(filtered_softmax(scores, request.sampling), generator))
-            if request.return_generation_logits:
+            if request.return_generation_logits or request.return_log_probs:
                 kept_logits.append(logits)
             tokens.append(token)
             context.append(token)
@@ -334,6 +398,27 @@ class TwinEngine:
             T.OUTPUT_IDS.name: np.array([[ids]], dtype=np.int32),  # [batch 1, beam 1, n]
             T.SEQUENCE_LENGTH.name: np.array([[len(ids)]], dtype=np.int32),  # [batch 1, beam 1]
         }
+        if request.return_log_probs:
+            outputs.update(
+                engine_interface.log_prob_outputs(
+                    logits,
+                    request.sequence,
+                    tokens,
+                    temperature=request.score_temperature,
+                    penalties=request.penalties,
+                    end_id=request.end_id,
+                    top_k=request.log_prob_top_k,
+                    normalize=self.normalize_log_probs,
+                )
+            )
+        outputs.update(
+            engine_interface.token_count_outputs(
+                len(request.sequence),
+                len(ids),
+                input_count=request.return_num_input_tokens,
+                output_count=request.return_num_output_tokens,
+            )
+        )
         if request.return_generation_logits:
             rows = torch.stack(logits) if logits else torch.zeros(0, self.vocab_size)
             outputs[T.GENERATION_LOGITS.name] = (

@@ -43,6 +43,7 @@ class TritonPythonModel:
             max_draft_len=parameters.max_draft_len,
             max_seq_len=parameters.max_seq_len,
             cache_slots=max(1, int(config.get("max_batch_size", 1))),
+            normalize_log_probs=parameters.normalize_log_probs,
         )
         # Time inside execute(), for the benchmark's loop-overhead figure; the families must live
         # as long as their metrics.
@@ -76,7 +77,7 @@ class TritonPythonModel:
         for request in requests:
             try:
                 inputs = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
-                outputs = self.engine.execute(inputs)
+                outputs = self.engine.execute(inputs, request.request_id())
                 wanted = request.requested_output_names()  # only what the caller asked for
                 tensors = [
                     pb_utils.Tensor(name, array) for name, array in outputs.items() if not wanted or name in wanted
