@@ -84,7 +84,7 @@ def test_theory_at_drafted_lengths():
 def test_loop_breakdown_splits_the_overhead_from_metric_deltas():
     from trt_spec.bench.server import loop_breakdown
 
-    loop = '{model="tensorrt_llm_bls"}'
+    loop = '{model="spec_loop"}'
     before = {
         f"trt_spec_loop_iterations_total{loop}": 10.0,
         f"trt_spec_loop_iteration_seconds_total{loop}": 1.0,

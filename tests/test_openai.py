@@ -402,7 +402,7 @@ def _metric(triton, prefix: str) -> float:
 
 
 def test_a_client_that_leaves_cancels_its_triton_request(client, triton, prompts):
-    cancelled = 'trt_spec_loop_requests_total{model="tensorrt_llm_bls",outcome="cancelled"}'
+    cancelled = 'trt_spec_loop_requests_total{model="spec_loop",outcome="cancelled"}'
     before = _metric(triton, cancelled)
     stream = client.completions.create(
         model=MODEL,

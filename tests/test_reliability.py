@@ -27,8 +27,8 @@ grpcclient = pytest.importorskip("tritonclient.grpc", reason="needs tritonclient
 pytest.importorskip("pytriton", reason="the CPU Triton server comes with nvidia-pytriton")
 
 NEW_TOKENS = 24
-CANCELLED = 'trt_spec_loop_requests_total{model="tensorrt_llm_bls",outcome="cancelled"}'
-OUTPUT_TOKENS = 'trt_spec_loop_output_tokens_total{model="tensorrt_llm_bls"}'
+CANCELLED = 'trt_spec_loop_requests_total{model="spec_loop",outcome="cancelled"}'
+OUTPUT_TOKENS = 'trt_spec_loop_output_tokens_total{model="spec_loop"}'
 
 
 @pytest.fixture(scope="module")

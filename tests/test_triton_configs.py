@@ -28,6 +28,8 @@ from trt_spec.runtime.parameters import (
     PreprocessingParameters,
     TensorrtLlmParameters,
     TorchEngineParameters,
+    TrtllmPostprocessingParameters,
+    TrtllmPreprocessingParameters,
 )
 from trt_spec.spec import load_spec, parse_spec
 
@@ -59,7 +61,8 @@ def test_every_written_config_parses_back(demo_spec, tmp_path, flavor):
     assert sorted(result.models) == sorted(T.MODEL_NAMES)
     for name in written:  # Triton loads only the versions it finds, an ensemble's included
         assert (tmp_path / "repo" / name / "1").is_dir()
-    python_models = {T.PREPROCESSING, T.LOOP, T.POSTPROCESSING} | ({T.TARGET, T.DRAFT} if flavor == "torch" else set())
+    python_models = {T.PREPROCESSING, T.LOOP, T.POSTPROCESSING, T.TRTLLM_PREPROCESSING, T.TRTLLM_POSTPROCESSING}
+    python_models |= {T.TARGET, T.DRAFT} if flavor == "torch" else set()
     assert {name for name in written if (tmp_path / "repo" / name / "1" / "model.py").is_file()} == python_models
 
 
@@ -182,7 +185,7 @@ def test_tensorrtllm_engine_configs_carry_the_backend_parameters(tmp_path, monke
         assert params["gpt_model_path"] == f"/engines/{spec.name}/{role}"
         assert params["gpt_model_type"] == "inflight_fused_batching"
         assert params["enable_kv_cache_reuse"] == "true"
-        assert params["exclude_input_in_output"] == "true"
+        assert params["exclude_input_in_output"] == "false"  # upstream's engine-level clients expect the prompt
         assert params["batch_scheduler_policy"] == "guaranteed_no_evict"
         assert params["max_tokens_in_paged_kv_cache"] == str(plan.memory.kv_tokens)
         assert 0 < float(params["kv_cache_free_gpu_mem_fraction"]) <= configs.MAX_KV_FRACTION
@@ -414,6 +417,8 @@ PARAMETER_CLASSES = {
         T.LOOP: LoopParameters,
         T.TARGET: TorchEngineParameters,
         T.DRAFT: TorchEngineParameters,
+        T.TRTLLM_PREPROCESSING: TrtllmPreprocessingParameters,
+        T.TRTLLM_POSTPROCESSING: TrtllmPostprocessingParameters,
     },
     "tensorrtllm": {
         T.PREPROCESSING: PreprocessingParameters,
@@ -421,6 +426,8 @@ PARAMETER_CLASSES = {
         T.LOOP: LoopParameters,
         T.TARGET: TensorrtLlmParameters,
         T.DRAFT: TensorrtLlmParameters,
+        T.TRTLLM_PREPROCESSING: TrtllmPreprocessingParameters,
+        T.TRTLLM_POSTPROCESSING: TrtllmPostprocessingParameters,
     },
 }
 
@@ -467,7 +474,7 @@ def test_from_config_refuses_missing_unknown_and_malformed_parameters():
     backend_keys = {key: {"string_value": "x"} for key in PYTHON_BACKEND_KEYS}
     assert LoopParameters.from_config({"parameters": {**config["parameters"], **backend_keys}}) == good
     missing = {"name": T.LOOP, "parameters": {k: v for k, v in config["parameters"].items() if k != "max_draft_len"}}
-    with pytest.raises(ModelParametersError, match=r"tensorrt_llm_bls: config.pbtxt has no parameter 'max_draft_len'"):
+    with pytest.raises(ModelParametersError, match=r"spec_loop: config.pbtxt has no parameter 'max_draft_len'"):
         LoopParameters.from_config(missing)
     unknown = {"name": T.LOOP, "parameters": {**config["parameters"], "acceptance": {"string_value": "greedy"}}}
     with pytest.raises(ModelParametersError, match=r"the unknown parameter 'acceptance'.*trt-spec repo --spec F"):

@@ -190,9 +190,9 @@ def test_cancelled_stream_stops_drafting(server, prompts):
         stream.close()  # the client leaves: the request is cancelled on the server
     assert seen[-1].num_output_tokens < 20
     deadline = time.monotonic() + 30
-    while metric(
-        metrics(server), 'trt_spec_loop_requests_total{model="tensorrt_llm_bls",outcome="cancelled"}'
-    ) <= metric(before, 'trt_spec_loop_requests_total{model="tensorrt_llm_bls",outcome="cancelled"}'):
+    while metric(metrics(server), 'trt_spec_loop_requests_total{model="spec_loop",outcome="cancelled"}') <= metric(
+        before, 'trt_spec_loop_requests_total{model="spec_loop",outcome="cancelled"}'
+    ):
         assert time.monotonic() < deadline, "the loop model never saw the cancellation"
         time.sleep(0.1)
     after = metrics(server)
@@ -215,7 +215,7 @@ def test_metrics_on_the_metrics_port(server, prompts):
         assert metric(values, name) > 0, name
     assert 0 < metric(values, "trt_spec_loop_acceptance_rate") <= 1
     assert metric(values, "trt_spec_loop_tokens_per_target_call") >= 1
-    assert metric(values, 'trt_spec_loop_requests_total{model="tensorrt_llm_bls",outcome="finished"}') >= 1
+    assert metric(values, 'trt_spec_loop_requests_total{model="spec_loop",outcome="finished"}') >= 1
 
 
 # --- the CLI against the server ------------------------------------------------------------------

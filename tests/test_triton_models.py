@@ -97,12 +97,12 @@ def _load(name: str, pb_utils):
 
 @pytest.fixture(scope="module")
 def pre(pb_utils):
-    return _load("preprocessing", pb_utils)
+    return _load("spec_preprocessing", pb_utils)
 
 
 @pytest.fixture(scope="module")
 def post(pb_utils):
-    return _load("postprocessing", pb_utils)
+    return _load("spec_postprocessing", pb_utils)
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +122,7 @@ LIMITS = PreprocessingParameters(
     default_num_draft_tokens=3,
     vocab_size=4096,
     exclude_input_in_output=True,
+    draft_logits=False,
 )
 POSTPROCESSING = PostprocessingParameters(tokenizer_dir=str(TOKENIZER_DIR), loop_model=T.LOOP)
 

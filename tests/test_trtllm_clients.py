@@ -77,14 +77,16 @@ class Answer:
         return [r.get_response().parameters["triton_final_response"].bool_param for r in self.results]
 
 
-def stream_infer(server, inputs: dict[str, np.ndarray], outputs: list[str] | None = None) -> Answer:
+def stream_infer(
+    server, inputs: dict[str, np.ndarray], outputs: list[str] | None = None, model: str = T.ENSEMBLE
+) -> Answer:
     """As end_to_end_grpc_client.py's run_inference: start_stream, async_stream_infer with the
     requested outputs, stop_stream (which waits for the server to close the stream)."""
     client = grpcclient.InferenceServerClient(server.grpc_url)
     answers: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: answers.put((result, error)))
     requested = [grpcclient.InferRequestedOutput(name) for name in outputs] if outputs else None
-    client.async_stream_infer(T.ENSEMBLE, [prepare_tensor(k, v) for k, v in inputs.items()], outputs=requested)
+    client.async_stream_infer(model, [prepare_tensor(k, v) for k, v in inputs.items()], outputs=requested)
     client.stop_stream()
     client.close()
     results, errors = [], []
@@ -131,45 +133,52 @@ def assert_clean_error(message: str, *fragments: str) -> None:
 
 
 # --- TensorRT-LLM's end-to-end gRPC client ---------------------------------------------------------
+#
+# Its --model-name: the ensemble (default) or tensorrt_llm_bls, which answers the same requests alike.
 
 
-def test_e2e_client_defaults_give_prompt_and_greedy_completion(server, target, prompts):
+@pytest.fixture(params=[T.ENSEMBLE, T.BLS])
+def model(request):
+    return request.param
+
+
+def test_e2e_client_defaults_give_prompt_and_greedy_completion(server, target, prompts, model):
     # E2E's defaults: not streaming, exclude_input_in_output False, temperature 1.0 without top_k or
     # top_p (greedy, TensorRT-LLM's rule); only text_output requested.
-    answer = stream_infer(server, e2e_inputs(prompts[0]), ["text_output"])
+    answer = stream_infer(server, e2e_inputs(prompts[0]), ["text_output"], model=model)
     assert answer.errors == [] and len(answer.results) == 1 and answer.finals() == [True]
     assert answer.results[0].as_numpy("text_output").shape == (1,)  # E2E reads output[0].decode()
     assert answer.text() == prompts[0] + completion(target, prompts[0])  # E2E's check_outputs
 
 
-def test_e2e_client_streaming_and_excluded_input(server, target, prompts):
+def test_e2e_client_streaming_and_excluded_input(server, target, prompts, model):
     expected = completion(target, prompts[1])
-    excluded = stream_infer(server, e2e_inputs(prompts[1], exclude_input_in_output=True), ["text_output"])
+    excluded = stream_infer(server, e2e_inputs(prompts[1], exclude_input_in_output=True), ["text_output"], model=model)
     assert excluded.errors == [] and excluded.text() == expected
-    streamed = stream_infer(server, e2e_inputs(prompts[1], streaming=True, exclude_input_in_output=True))
+    streamed = stream_infer(server, e2e_inputs(prompts[1], streaming=True, exclude_input_in_output=True), model=model)
     assert streamed.errors == [] and len(streamed.results) > 1 and streamed.texts() == expected
     assert streamed.finals()[-1] and not any(streamed.finals()[:-1])
     # Streaming never resends the prompt (TensorRT-LLM streams new tokens only).
-    with_input = stream_infer(server, e2e_inputs(prompts[1], streaming=True))
+    with_input = stream_infer(server, e2e_inputs(prompts[1], streaming=True), model=model)
     assert with_input.errors == [] and with_input.texts() == expected
 
 
-def test_e2e_client_batch_inputs(server, target, prompts):
+def test_e2e_client_batch_inputs(server, target, prompts, model):
     # --batch-inputs: every per-prompt array concatenated along axis 0, batch_index requested.
     batch = [e2e_inputs(p, exclude_input_in_output=True) for p in prompts[:3]]
     inputs = {key: np.concatenate([one[key] for one in batch], axis=0) for key in batch[0]}
     assert inputs["text_input"].shape == (3, 1)
-    answer = stream_infer(server, inputs, ["text_output", "batch_index"])
+    answer = stream_infer(server, inputs, ["text_output", "batch_index"], model=model)
     assert answer.errors == [] and len(answer.results) == 3
     assert answer.finals().count(True) == 1 and answer.finals()[-1]
     texts = {int(r.as_numpy("batch_index")[0][0]): r.as_numpy("text_output")[0].decode() for r in answer.results}
     assert texts == {index: completion(target, prompt) for index, prompt in enumerate(prompts[:3])}
 
 
-def test_e2e_client_batch_streaming_with_per_prompt_lengths(server, target, prompts):
+def test_e2e_client_batch_streaming_with_per_prompt_lengths(server, target, prompts, model):
     batch = [e2e_inputs(p, 12 + 4 * i, streaming=True, exclude_input_in_output=True) for i, p in enumerate(prompts[:2])]
     inputs = {key: np.concatenate([one[key] for one in batch], axis=0) for key in batch[0]}
-    answer = stream_infer(server, inputs, ["text_output", "batch_index"])
+    answer = stream_infer(server, inputs, ["text_output", "batch_index"], model=model)
     assert answer.errors == [] and answer.finals().count(True) == 1
     texts = ["", ""]
     for result in answer.results:  # E2E: batch_output_text[batch_index] += output[0]
@@ -177,7 +186,7 @@ def test_e2e_client_batch_streaming_with_per_prompt_lengths(server, target, prom
     assert texts == [completion(target, prompts[0], 12), completion(target, prompts[1], 16)]
 
 
-def test_e2e_client_with_its_optional_inputs_at_their_defaults(server, target, prompts):
+def test_e2e_client_with_its_optional_inputs_at_their_defaults(server, target, prompts, model):
     # --repetition-penalty 1 --presence-penalty 0 --frequency-penalty 0 --stop-words/--bad-words
     # (empty), --end-id/--pad-id as the tokenizer's, --num-return-sequences 1, and the perf/log-prob
     # flags off: all accepted, output unchanged; every declared output may be requested.
@@ -196,7 +205,9 @@ def test_e2e_client_with_its_optional_inputs_at_their_defaults(server, target, p
         "return_perf_metrics": np.array([[False]], dtype=bool),
     }
     every_output = [tensor.name for tensor in T.ENSEMBLE_OUTPUTS]
-    answer = stream_infer(server, e2e_inputs(prompts[2], exclude_input_in_output=True, **optional), every_output)
+    answer = stream_infer(
+        server, e2e_inputs(prompts[2], exclude_input_in_output=True, **optional), every_output, model=model
+    )
     assert answer.errors == [] and len(answer.results) == 1
     result = answer.results[0]
     assert answer.text() == completion(target, prompts[2])

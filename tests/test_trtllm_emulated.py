@@ -281,7 +281,9 @@ def test_a_direct_draft_call_decodes_greedily(server, target):
     prompt = target[1]("import os\n")["input_ids"]
     result = _infer(server, T.DRAFT, _engine_call(prompt), [T.OUTPUT_IDS.name, T.SEQUENCE_LENGTH.name])
     length = int(result.as_numpy(T.SEQUENCE_LENGTH.name).reshape(-1)[0])
-    assert 0 < length <= 8 and result.as_numpy(T.OUTPUT_IDS.name).shape[:2] == (1, 1)
+    # No exclude_input_in_output sent: the engine config's false keeps the prompt in output_ids.
+    assert len(prompt) < length <= len(prompt) + 8 and result.as_numpy(T.OUTPUT_IDS.name).shape[:2] == (1, 1)
+    assert result.as_numpy(T.OUTPUT_IDS.name)[0, 0, : len(prompt)].tolist() == list(prompt)
 
 
 def test_a_call_not_requesting_sequence_length_fails_with_the_backends_message(server, served, target):

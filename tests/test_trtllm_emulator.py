@@ -117,11 +117,12 @@ SCALAR_DTYPES = {
 
 
 def request(prompt, output_len, **extra) -> dict[str, np.ndarray]:
-    """One request's tensors, each with its batch dimension of 1."""
+    """One request's tensors, each with its batch dimension of 1; the new tokens only, as the loop asks."""
     inputs = {
         "input_ids": np.array([prompt], dtype=np.int32),
         "input_lengths": scalar(len(prompt), np.int32),
         "request_output_len": scalar(output_len, np.int32),
+        "exclude_input_in_output": scalar(True, np.bool_),
     }
     for name, value in extra.items():
         inputs[name] = value if isinstance(value, np.ndarray) else scalar(value, SCALAR_DTYPES[name])
@@ -152,7 +153,8 @@ def raises(message: str, call, *args, **kwargs) -> BackendError:
 def test_the_written_configs_load_without_warnings(written_configs, models, role):
     emulator = load(written_configs, models, role)
     assert emulator.warnings == []
-    assert emulator.config.exclude_input_in_output and emulator.config.enable_kv_cache_reuse
+    # The prompt stays in output_ids unless a request says otherwise (the loop always does).
+    assert not emulator.config.exclude_input_in_output and emulator.config.enable_kv_cache_reuse
     assert emulator.config.logits_dtype == "FP32" and not emulator.config.decoupled
 
 
@@ -462,12 +464,14 @@ def test_end_id_stops_and_is_left_out_and_absent_never_stops(draft, models):
 
 
 def test_exclude_input_in_output_per_request_overrides_the_parameter(written_configs, models, draft):
-    assert len(generated(draft.execute(request(PROMPT, 3), OUTPUTS))) == 3  # the config's true
-    with_input = generated(draft.execute(request(PROMPT, 3, exclude_input_in_output=False), OUTPUTS))
+    assert len(generated(draft.execute(request(PROMPT, 3), OUTPUTS))) == 3  # the request's true
+    absent = request(PROMPT, 3)
+    del absent["exclude_input_in_output"]
+    with_input = generated(draft.execute(absent, OUTPUTS))  # the config's false
     assert with_input[: len(PROMPT)] == PROMPT and len(with_input) == len(PROMPT) + 3
-    config = with_parameters(written_configs["draft"], exclude_input_in_output=None)  # default false
+    config = with_parameters(written_configs["draft"], exclude_input_in_output="true")
     emulator = load(written_configs, models, "draft", config)
-    assert len(generated(emulator.execute(request(PROMPT, 3), OUTPUTS))) == len(PROMPT) + 3
+    assert len(generated(emulator.execute(absent, OUTPUTS))) == 3
     assert len(generated(emulator.execute(request(PROMPT, 3, exclude_input_in_output=True), OUTPUTS))) == 3
 
 

@@ -131,10 +131,12 @@ def run(engines, inputs, settings: LoopParameters | None = None, **kwargs):
 
 
 def engine_request(prompt, output_len, **extra) -> dict[str, np.ndarray]:
+    """An engine call as the loop sends it (exclude_input_in_output true: the new tokens only)."""
     inputs = {
         "input_ids": np.array([prompt], dtype=np.int32),
         "input_lengths": np.array([[len(prompt)]], dtype=np.int32),
         "request_output_len": np.array([[output_len]], dtype=np.int32),
+        "exclude_input_in_output": np.array([[True]]),
     }
     for name, value in extra.items():
         inputs[name] = value if isinstance(value, np.ndarray) else np.array([[value]])
@@ -142,6 +144,17 @@ def engine_request(prompt, output_len, **extra) -> dict[str, np.ndarray]:
 
 
 # --- the engine models ---------------------------------------------------------------------------
+
+
+def test_an_engine_request_without_exclude_input_in_output_gets_the_prompt_back(models):
+    # The engine models' default, as TensorRT-LLM's engine-level clients read output_ids.
+    _, draft = twin_engines(models)
+    expected, _ = reference_greedy(models[1], PROMPT, K)
+    inputs = engine_request(PROMPT, K)
+    del inputs["exclude_input_in_output"]
+    outputs = draft.execute(inputs)
+    assert outputs["output_ids"][0, 0].tolist() == list(PROMPT) + list(expected)
+    assert outputs["sequence_length"].tolist() == [[len(PROMPT) + K]]
 
 
 def test_draft_engine_returns_k_greedy_tokens_and_their_logits(models):
@@ -249,14 +262,18 @@ def test_sampling_inputs_follow_tensorrt_llm_defaults():
     assert sampling_from_inputs({}).greedy  # nothing sent: TensorRT-LLM decodes greedily
     assert sampling_from_inputs({"runtime_top_k": np.array([[1]])}).greedy
     assert sampling_from_inputs({"temperature": np.array([[0.0]])}).greedy
+    # Top-k 0 and top-p 0 (absent or sent) become top-k 1 whatever the temperature: greedy, as
+    # upstream's speculative client relies on (it sends temperature 1.0 and nothing else).
+    assert sampling_from_inputs({"temperature": np.array([[1.0]])}).greedy
+    assert sampling_from_inputs({"temperature": np.array([[0.7]]), "runtime_top_p": np.array([[0.0]])}).greedy
     assert sampling_from_inputs(
-        {"temperature": np.array([[0.7]]), "runtime_top_p": np.array([[0.0]])}
-    ) == SamplingParams(0.7, 0, 1.0)
+        {"temperature": np.array([[0.7]]), "runtime_top_p": np.array([[0.9]])}
+    ) == SamplingParams(0.7, 0, 0.9)
     assert sampling_from_inputs({"runtime_top_k": np.array([[5]])}) == SamplingParams(1.0, 5, 1.0)
     with pytest.raises(EngineRequestError, match="top_p"):
         sampling_from_inputs({"temperature": np.array([[1.0]]), "runtime_top_p": np.array([[1.5]])})
     with pytest.raises(EngineRequestError, match="temperature must be a finite number"):  # SamplingParams' check
-        sampling_from_inputs({"temperature": np.array([[np.inf]])})
+        sampling_from_inputs({"temperature": np.array([[np.inf]]), "runtime_top_k": np.array([[5]])})
 
 
 def test_stop_words_list_format():
@@ -449,7 +466,7 @@ def test_loop_parameters_from_the_config():
     # An older repository's parameters (acceptance, no use_draft_logits) fail at load, naming the keys and the fix.
     del config["parameters"]["use_draft_logits"]
     config["parameters"]["acceptance"] = {"string_value": "probabilistic"}
-    expected = r"tensorrt_llm_bls: .*'use_draft_logits'.*'acceptance'.*trt-spec repo"
+    expected = r"spec_loop: .*'use_draft_logits'.*'acceptance'.*trt-spec repo"
     with pytest.raises(ModelParametersError, match=expected):
         LoopParameters.from_config(config)
 

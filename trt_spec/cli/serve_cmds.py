@@ -339,8 +339,9 @@ def _serve(server: TritonServer, openai: _OpenAIEndpoint | None = None) -> None:
     help="torch flavor: intra-op threads per engine model (0 = torch's default).",
 )
 def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_threads) -> None:
-    """Write the Triton model repository: preprocessing -> tensorrt_llm_bls (the draft -> verify
-    loop) -> postprocessing as `ensemble`, and the engine models tensorrt_llm and tensorrt_llm_draft.
+    """Write the Triton model repository: `ensemble` (spec_preprocessing -> spec_loop, the draft ->
+    verify loop -> spec_postprocessing), the same pipeline as `tensorrt_llm_bls`, the engine models
+    tensorrt_llm and tensorrt_llm_draft, and TensorRT-LLM's `preprocessing` and `postprocessing`.
 
     With engines built (tensorrtllm flavor) they are checked against the spec first; a mismatch
     is refused. The repository carries its tokenizer and the trt_spec code its python models

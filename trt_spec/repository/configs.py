@@ -36,6 +36,8 @@ from trt_spec.runtime.parameters import (
     PreprocessingParameters,
     TensorrtLlmParameters,
     TorchEngineParameters,
+    TrtllmPostprocessingParameters,
+    TrtllmPreprocessingParameters,
 )
 
 ModelConfig = model_config_pb2.ModelConfig
@@ -50,9 +52,14 @@ BATCH_SCHEDULER_POLICY = "guaranteed_no_evict"
 # The engines' logits dtype, as TensorRT-LLM's checkpoint config names it: generation_logits and
 # draft_logits are declared FP32 (tensors.py).
 LOGITS_DTYPE = "float32"
-# The engine models' exclude_input_in_output, and so the ensemble's default for a request that sends
-# none (TensorRT-LLM's rule): text_output is the completion without the prompt.
+# The ensemble's exclude_input_in_output for a request that sends none: text_output is the
+# completion without the prompt.
 EXCLUDE_INPUT_IN_OUTPUT = True
+# The engine models' own default: output_ids hold the prompt too, as TensorRT-LLM's engine-level
+# clients read them (e2e_grpc_speculative_decoding_client.py feeds output_ids back as the next
+# input_ids; inflight_batcher_llm_client.py strips the prompt unless told it is excluded). The
+# loop sends exclude_input_in_output true on every call, so it does not depend on this.
+ENGINE_EXCLUDE_INPUT_IN_OUTPUT = False
 # The engine models' output_log_probs: renormalised over the top-k candidates, TensorRT-LLM's
 # default (greedy tokens get 0.0; cum_log_probs is the plain sum either way).
 NORMALIZE_LOG_PROBS = True
@@ -347,11 +354,17 @@ def preprocessing_config(settings: RepositorySettings) -> ModelConfig:
             max_draft_len=settings.max_draft_len,
             default_num_draft_tokens=settings.default_num_draft_tokens,
             vocab_size=settings.vocab_size,
-            # A request's exclude_input_in_output when it sends none: TensorRT-LLM takes it from the
-            # engine model's parameter, which the tensorrtllm flavor's configs set (engine_config).
             exclude_input_in_output=EXCLUDE_INPUT_IN_OUTPUT,
+            draft_logits=uses_draft_logits(settings),
         ),
     )
+
+
+def uses_draft_logits(settings: RepositorySettings) -> bool:
+    """Sampled requests verify with the draft's logits when the engines can return them:
+    TensorRT-LLM engines only when built for probabilistic acceptance (they gather generation
+    logits), the PyTorch twin always. Otherwise the target matches tokens (also exact)."""
+    return settings.acceptance == "probabilistic" or settings.flavor == "torch"
 
 
 def postprocessing_config(settings: RepositorySettings) -> ModelConfig:
@@ -377,10 +390,7 @@ def loop_config(settings: RepositorySettings) -> ModelConfig:
             draft_model=T.DRAFT,
             max_draft_len=settings.max_draft_len,
             adaptive_draft=settings.adaptive_draft,
-            # Sampled requests verify with the draft's logits when the engines can return them:
-            # TensorRT-LLM engines only when built for probabilistic acceptance (they gather generation
-            # logits), the PyTorch twin always. Otherwise the target matches tokens (also exact).
-            use_draft_logits=settings.acceptance == "probabilistic" or settings.flavor == "torch",
+            use_draft_logits=uses_draft_logits(settings),
             draft_cost=round(settings.step_costs.draft, 4),
             verify_slope=round(settings.step_costs.verify_slope, 4),
         ),
@@ -437,7 +447,7 @@ def engine_config(settings: RepositorySettings, role: str) -> ModelConfig:
             kv_cache_free_gpu_mem_fraction=engine.kv_fraction,
             enable_kv_cache_reuse=True,  # the loop resends the prefix every iteration
             enable_chunked_context=True,
-            exclude_input_in_output=EXCLUDE_INPUT_IN_OUTPUT,
+            exclude_input_in_output=ENGINE_EXCLUDE_INPUT_IN_OUTPUT,
             normalize_log_probs=NORMALIZE_LOG_PROBS,
             gpu_device_ids=gpu_device_ids(engine.tp_size),
             # Needs the workers pre-started by mpirun (participant_ids); trt-spec serve lets the
@@ -451,19 +461,45 @@ def engine_config(settings: RepositorySettings, role: str) -> ModelConfig:
     return to_model_config(config)
 
 
-def ensemble_config(settings: RepositorySettings) -> ModelConfig:
-    """preprocessing -> tensorrt_llm_bls -> postprocessing: the client's interface, TensorRT-LLM
-    1.2.x's ensemble inputs and outputs plus ours (:mod:`trt_spec.runtime.tensors`). Every request
-    input goes to preprocessing, which checks them all and resolves their defaults, except the
-    seeds and adaptive_draft (to the loop); every output comes from postprocessing: text_output,
-    and the loop's others passed through (tensors.py says why)."""
+def trtllm_preprocessing_config(settings: RepositorySettings) -> ModelConfig:
+    """TensorRT-LLM's ``preprocessing``: unary, one prompt per row (tensors.py)."""
+    return _python_model(
+        T.TRTLLM_PREPROCESSING,
+        settings,
+        T.TRTLLM_PREPROCESSING_INPUTS,
+        T.TRTLLM_PREPROCESSING_OUTPUTS,
+        TrtllmPreprocessingParameters(
+            tokenizer_dir=TOKENIZER_SUBDIR, add_special_tokens=True, max_input_len=settings.max_input_len
+        ),
+    )
+
+
+def trtllm_postprocessing_config(settings: RepositorySettings) -> ModelConfig:
+    """TensorRT-LLM's ``postprocessing``: unary, whole sequences to text (tensors.py)."""
+    return _python_model(
+        T.TRTLLM_POSTPROCESSING,
+        settings,
+        T.TRTLLM_POSTPROCESSING_INPUTS,
+        T.TRTLLM_POSTPROCESSING_OUTPUTS,
+        TrtllmPostprocessingParameters(tokenizer_dir=TOKENIZER_SUBDIR, skip_special_tokens=True),
+    )
+
+
+def ensemble_config(settings: RepositorySettings, name: str = T.ENSEMBLE) -> ModelConfig:
+    """spec_preprocessing -> spec_loop -> spec_postprocessing as ``ensemble`` (TensorRT-LLM 1.2.x's
+    ensemble inputs and outputs plus ours) or as ``tensorrt_llm_bls`` (the same, plus upstream
+    BLS's use_draft_logits): :mod:`trt_spec.runtime.tensors`. Every request input goes to
+    preprocessing, which checks them all and resolves their defaults, except the seeds and
+    adaptive_draft (to the loop); every output comes from postprocessing: text_output, and the
+    loop's others passed through (tensors.py says why)."""
+    inputs = T.BLS_INPUTS if name == T.BLS else T.ENSEMBLE_INPUTS
     pre = {t.name: f"_pre_{t.name}" for t in T.PREPROCESSING_OUTPUTS}
     loop_private = {t.name: f"_loop_{t.name}" for t in T.POSTPROCESSING_INPUTS}
     steps = [
         {
             "model_name": T.PREPROCESSING,
             "model_version": -1,
-            "input_map": {t.name: t.name for t in T.PREPROCESSING_INPUTS},
+            "input_map": {t.name: t.name for t in T.PREPROCESSING_INPUTS if t in inputs},
             "output_map": pre,
         },
         {
@@ -481,10 +517,10 @@ def ensemble_config(settings: RepositorySettings) -> ModelConfig:
     ]
     return to_model_config(
         {
-            "name": T.ENSEMBLE,
+            "name": name,
             "platform": "ensemble",
             "max_batch_size": settings.max_batch_size,
-            "input": [_io(t) for t in T.ENSEMBLE_INPUTS],
+            "input": [_io(t) for t in inputs],
             "output": [_io(t) for t in T.ENSEMBLE_OUTPUTS],
             "ensemble_scheduling": {"step": steps},
         }
@@ -500,6 +536,9 @@ def all_configs(settings: RepositorySettings) -> dict[str, ModelConfig]:
         T.LOOP: loop_config(settings),
         T.POSTPROCESSING: postprocessing_config(settings),
         T.ENSEMBLE: ensemble_config(settings),
+        T.BLS: ensemble_config(settings, T.BLS),
+        T.TRTLLM_PREPROCESSING: trtllm_preprocessing_config(settings),
+        T.TRTLLM_POSTPROCESSING: trtllm_postprocessing_config(settings),
     }
 
 

@@ -46,7 +46,7 @@ TOKENIZER_FILES = (
     "vocab.txt",
     "chat_template.jinja",
 )
-TOKENIZER_MODELS = (T.PREPROCESSING, T.POSTPROCESSING)
+TOKENIZER_MODELS = (T.PREPROCESSING, T.POSTPROCESSING, T.TRTLLM_PREPROCESSING, T.TRTLLM_POSTPROCESSING)
 # The project's model_repo/ keeps a README.md (tracked, so the folder exists); it is carried over.
 KEPT_FILE = "README.md"
 

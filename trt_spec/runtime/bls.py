@@ -1,7 +1,7 @@
 """The loop model's logic: :class:`~trt_spec.runtime.loop.LoopState` driven by async calls to
 the two engine models, by TensorRT-LLM's tensor names, with the streaming window protocol.
 
-Library code without Triton: ``models/tensorrt_llm_bls/model.py`` supplies an
+Library code without Triton: ``models/spec_loop/model.py`` supplies an
 :class:`EngineClient` (``pb_utils.InferenceRequest(...).async_exec()``), a response sender and the
 cancellation check; tests drive the same code against in-process engines.
 
@@ -255,8 +255,8 @@ def engine_inputs(
     runtime_top_p is sent, whatever the temperature; the twin likewise); sampling sends
     temperature, top-k, top-p and the call's seed. ``end_id``, ``pad_id`` and the stop words go to
     both engines, as TensorRT-LLM's own BLS model sends them: without ``end_id`` TensorRT-LLM
-    never stops at EOS. ``exclude_input_in_output`` is the engine models' configured default (the
-    tensorrtllm configs set it; the twin's default is the same). Penalties, bad words and the
+    never stops at EOS. ``exclude_input_in_output`` is sent true (the engine models' default keeps
+    the prompt, for TensorRT-LLM's engine-level clients). Penalties, bad words and the
     embedding bias are sent only when they change something; ``min_tokens`` (the call's share of
     the request's minimum) always, since absent means 1 to TensorRT-LLM."""
     inputs = {
@@ -267,6 +267,7 @@ def engine_inputs(
         T.PAD_ID.name: _scalar(request.pad_id, np.int32),
         T.STOP_WORDS_LIST.name: request.stop_words_list,  # [1, 2, L]
         T.ENGINE_MIN_TOKENS.name: _scalar(min_tokens, np.int32),
+        T.EXCLUDE_INPUT_IN_OUTPUT.name: _scalar(True, bool),
     }
     penalties = request.penalties
     if penalties.repetition_penalty != 1.0:

@@ -118,6 +118,9 @@ class PreprocessingParameters(ModelParameters):
     # A request's exclude_input_in_output when it sends none (TensorRT-LLM takes it from the engine
     # model's parameter of that name; the repository writer sets both alike).
     exclude_input_in_output: bool
+    # The loop verifies sampled drafts with the draft's logits (LoopParameters.use_draft_logits):
+    # a request's use_draft_logits true is refused where it does not.
+    draft_logits: bool
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,27 @@ class PostprocessingParameters(ModelParameters):
 
     tokenizer_dir: str  # relative to the model's version directory (model.py's folder), or absolute
     loop_model: str  # where a client's cancellation is relayed (see tensors.py on cancellation)
+
+
+@dataclass(frozen=True)
+class TrtllmPreprocessingParameters(ModelParameters):
+    """TensorRT-LLM's ``preprocessing`` (its config's text-model keys), plus the prompt byte bound."""
+
+    MODELS: ClassVar[tuple[str, ...]] = (T.TRTLLM_PREPROCESSING,)
+
+    tokenizer_dir: str
+    add_special_tokens: bool
+    max_input_len: int  # a QUERY over what this many tokens can cover is refused untokenized
+
+
+@dataclass(frozen=True)
+class TrtllmPostprocessingParameters(ModelParameters):
+    """TensorRT-LLM's ``postprocessing``."""
+
+    MODELS: ClassVar[tuple[str, ...]] = (T.TRTLLM_POSTPROCESSING,)
+
+    tokenizer_dir: str
+    skip_special_tokens: bool
 
 
 @dataclass(frozen=True)

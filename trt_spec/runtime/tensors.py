@@ -41,15 +41,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Model names: TensorRT-LLM's own (its triton_backend's inflight_batcher_llm models; tensorrt_llm_draft
-# as its draft-target recipe names the draft engine), so its clients find the models where they expect.
-PREPROCESSING = "preprocessing"
-POSTPROCESSING = "postprocessing"
+# Model names. TensorRT-LLM 1.2.x's own (its triton_backend/all_models/inflight_batcher_llm models;
+# tensorrt_llm_draft as its draft-target recipe names the draft engine), each speaking the interface
+# of its upstream namesake, so upstream's clients and recipes find what they expect:
 TARGET = "tensorrt_llm"
 DRAFT = "tensorrt_llm_draft"
-LOOP = "tensorrt_llm_bls"
 ENSEMBLE = "ensemble"
-MODEL_NAMES = (PREPROCESSING, TARGET, DRAFT, LOOP, POSTPROCESSING, ENSEMBLE)
+TRTLLM_PREPROCESSING = "preprocessing"  # QUERY, REQUEST_OUTPUT_LEN, ... -> INPUT_ID, ... (unary)
+TRTLLM_POSTPROCESSING = "postprocessing"  # TOKENS_BATCH, SEQUENCE_LENGTH -> OUTPUT (unary)
+BLS = "tensorrt_llm_bls"  # text in, text out: the ensemble's pipeline under upstream BLS's interface
+# Ours, behind the ensemble and tensorrt_llm_bls: their interfaces are this file's own.
+PREPROCESSING = "spec_preprocessing"
+LOOP = "spec_loop"
+POSTPROCESSING = "spec_postprocessing"
+MODEL_NAMES = (
+    PREPROCESSING,
+    TARGET,
+    DRAFT,
+    LOOP,
+    POSTPROCESSING,
+    ENSEMBLE,
+    TRTLLM_PREPROCESSING,
+    TRTLLM_POSTPROCESSING,
+    BLS,
+)
 
 # Tokens of already-streamed text the loop resends with each response (see the module docstring):
 # enough for one held-back character (<= 3 bytes of an incomplete UTF-8 sequence, >= 1 byte per
@@ -540,9 +555,28 @@ ENSEMBLE_OUTPUTS = (
 # Every ensemble output but text_output comes straight from the loop model.
 LOOP_DIRECT_OUTPUTS = tuple(tensor for tensor in ENSEMBLE_OUTPUTS if tensor is not TEXT_OUTPUT)
 
+# --- tensorrt_llm_bls: the ensemble's pipeline under TensorRT-LLM's BLS interface ----------------
+#
+# Upstream's tensorrt_llm_bls (triton_backend/all_models/inflight_batcher_llm/tensorrt_llm_bls/
+# config.pbtxt @ 0193dbd) takes the ensemble's inputs and returns its outputs, plus
+# use_draft_logits; here it is a second ensemble over the same three models, so it streams,
+# cancels and refuses exactly as `ensemble` does. Unlike upstream's, it decodes speculatively when
+# a request sends no num_draft_tokens (the spec's K, as the ensemble): greedy text is the same.
+USE_DRAFT_LOGITS = Tensor(
+    "use_draft_logits",
+    "BOOL",
+    (1,),
+    optional=True,
+    doc="verify sampled drafts with the draft's logits: true only where the engines return logits",
+)
+BLS_INPUTS = (*ENSEMBLE_INPUTS, USE_DRAFT_LOGITS)
+
 # --- preprocessing: text and parameters in, validated engine-ready tensors out ----------------
 
-PREPROCESSING_INPUTS = tuple(tensor for tensor in ENSEMBLE_INPUTS if tensor not in LOOP_DIRECT_INPUTS)
+PREPROCESSING_INPUTS = (
+    *(tensor for tensor in ENSEMBLE_INPUTS if tensor not in LOOP_DIRECT_INPUTS),
+    USE_DRAFT_LOGITS,
+)
 # Resolved per prompt for the loop (not engine inputs of ours): whether to fill num_input_tokens
 # and TensorRT-LLM's num_output_tokens.
 RESOLVED_RETURN_LOG_PROBS = RETURN_LOG_PROBS.as_plain()
@@ -620,3 +654,92 @@ POSTPROCESSING_INPUTS = (
     *(tensor.as_optional() for tensor in LOOP_DIRECT_OUTPUTS),
 )
 POSTPROCESSING_OUTPUTS = (TEXT_OUTPUT, *LOOP_DIRECT_OUTPUTS)
+
+# --- TensorRT-LLM's preprocessing and postprocessing ------------------------------------------------
+#
+# The interfaces of upstream's models of these names (triton_backend/all_models/inflight_batcher_llm/
+# preprocessing/config.pbtxt @ 08dc37e, postprocessing/config.pbtxt @ 89fd9b7), as its clients
+# call them one request at a time (e2e_grpc_speculative_decoding_client.py: QUERY -> INPUT_ID ...
+# -> the engines -> TOKENS_BATCH -> OUTPUT). Text models only: the image and video inputs are
+# declared and refused; the vision outputs are declared and never filled.
+
+
+def _upper(name: str, dtype: str, dims: tuple[int, ...], doc: str = "", *, optional: bool = True) -> Tensor:
+    return Tensor(name, dtype, dims, optional=optional, doc=doc)
+
+
+def _required(name: str, dtype: str, dims: tuple[int, ...], doc: str = "") -> Tensor:
+    return Tensor(name, dtype, dims, doc=doc)
+
+
+QUERY = _upper("QUERY", "BYTES", (1,), "the prompt, UTF-8", optional=False)
+DECODER_QUERY = _upper("DECODER_QUERY", "BYTES", (1,), "encoder-decoder models only: refused")
+TRTLLM_REQUEST_OUTPUT_LEN = _upper("REQUEST_OUTPUT_LEN", "INT32", (1,), "tokens to generate", optional=False)
+BAD_WORDS_DICT = _upper("BAD_WORDS_DICT", "BYTES", (-1,), "strings the completion never contains")
+STOP_WORDS_DICT = _upper("STOP_WORDS_DICT", "BYTES", (-1,), "strings that end the completion")
+UPPER_EMBEDDING_BIAS_WORDS = _upper("EMBEDDING_BIAS_WORDS", "BYTES", (-1,), "words to bias")
+UPPER_EMBEDDING_BIAS_WEIGHTS = _upper("EMBEDDING_BIAS_WEIGHTS", "FP32", (-1,), "one weight per word")
+UPPER_END_ID = _upper("END_ID", "INT32", (1,), "absent = the tokenizer's EOS")
+UPPER_PAD_ID = _upper("PAD_ID", "INT32", (1,), "absent = the tokenizer's pad token, else EOS")
+PROMPT_TABLE_EXTRA_ID_IN = _upper("PROMPT_TABLE_EXTRA_ID", "UINT64", (1,), "p-tuning's KV-reuse id")
+VISION_INPUTS = (
+    _upper("IMAGE_BYTES", "UINT8", (-1, -1, -1, -1), "multimodal: refused"),
+    _upper("IMAGE_URL", "BYTES", (1,), "multimodal: refused"),
+    _upper("IMAGES", "BYTES", (-1,), "multimodal: refused"),
+    _upper("VIDEO_BYTES", "UINT8", (-1, -1, -1, -1), "multimodal: refused"),
+)
+TRTLLM_PREPROCESSING_INPUTS = (
+    QUERY,
+    DECODER_QUERY,
+    *VISION_INPUTS,
+    TRTLLM_REQUEST_OUTPUT_LEN,
+    BAD_WORDS_DICT,
+    STOP_WORDS_DICT,
+    UPPER_EMBEDDING_BIAS_WORDS,
+    UPPER_EMBEDDING_BIAS_WEIGHTS,
+    UPPER_END_ID,
+    UPPER_PAD_ID,
+    PROMPT_TABLE_EXTRA_ID_IN,
+)
+INPUT_ID = _required("INPUT_ID", "INT32", (-1,), "[N, L]: the prompts' tokens, right-padded with pad ids")
+REQUEST_INPUT_LEN = _required("REQUEST_INPUT_LEN", "INT32", (1,), "each prompt's length")
+DECODER_INPUT_ID = _required("DECODER_INPUT_ID", "INT32", (-1,), "decoder-only models: [pad_id]")
+REQUEST_DECODER_INPUT_LEN = _required("REQUEST_DECODER_INPUT_LEN", "INT32", (1,), "1")
+BAD_WORDS_IDS = _required("BAD_WORDS_IDS", "INT32", (2, -1), "bad_words_list's format; [N, 2, 0] = none")
+STOP_WORDS_IDS = _required("STOP_WORDS_IDS", "INT32", (2, -1), "stop_words_list's format; [N, 2, 0] = none")
+UPPER_EMBEDDING_BIAS = _required("EMBEDDING_BIAS", "FP32", (-1,), "[N, V], or [N, 0] without words")
+OUT_REQUEST_OUTPUT_LEN = _required("REQUEST_OUTPUT_LEN", "INT32", (-1,), "REQUEST_OUTPUT_LEN as sent")
+OUT_END_ID = _required("OUT_END_ID", "INT32", (1,))
+OUT_PAD_ID = _required("OUT_PAD_ID", "INT32", (1,))
+OUT_PROMPT_TABLE_EXTRA_IDS = _required("OUT_PROMPT_TABLE_EXTRA_IDS", "UINT64", (-1,), "with PROMPT_TABLE_EXTRA_ID")
+VISION_OUTPUTS = (
+    _required("PIXEL_VALUES", "FP16", (-1, -1, -1, -1)),
+    _required("ASPECT_RATIO_IDS", "INT64", (-1,)),
+    _required("ASPECT_RATIO_MASK", "INT64", (-1, -1)),
+    _required("CROSS_ATTENTION_MASK", "INT64", (-1, -1, -1)),
+    _required("IMAGE_SIZES", "INT64", (-1, 2)),
+    _required("IS_VIDEO_INPUT", "BOOL", (1,)),
+    _required("ATTENTION_MASK", "INT64", (-1,)),
+    _required("IMAGE_GRID_THW", "INT64", (3,)),
+    _required("VISION_INPUT_ID", "INT32", (-1,)),
+)
+TRTLLM_PREPROCESSING_OUTPUTS = (
+    INPUT_ID,
+    REQUEST_INPUT_LEN,
+    DECODER_INPUT_ID,
+    REQUEST_DECODER_INPUT_LEN,
+    BAD_WORDS_IDS,
+    STOP_WORDS_IDS,
+    UPPER_EMBEDDING_BIAS,
+    OUT_REQUEST_OUTPUT_LEN,
+    OUT_END_ID,
+    OUT_PAD_ID,
+    OUT_PROMPT_TABLE_EXTRA_IDS,
+    *VISION_OUTPUTS,
+)
+
+TOKENS_BATCH = _required("TOKENS_BATCH", "INT32", (-1, -1), "[N, beams, L]: output_ids")
+UPPER_SEQUENCE_LENGTH = _required("SEQUENCE_LENGTH", "INT32", (-1,), "[N, beams]: sequence_length")
+OUTPUT = _required("OUTPUT", "BYTES", (-1,), "[N * beams]: each sequence's first SEQUENCE_LENGTH tokens, decoded")
+TRTLLM_POSTPROCESSING_INPUTS = (TOKENS_BATCH, UPPER_SEQUENCE_LENGTH)
+TRTLLM_POSTPROCESSING_OUTPUTS = (OUTPUT,)

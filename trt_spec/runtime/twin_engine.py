@@ -134,7 +134,9 @@ def sampling_from_inputs(inputs: Mapping[str, np.ndarray]) -> SamplingParams:
     temperature = _value(inputs, T.ENGINE_TEMPERATURE.name)
     top_k = _value(inputs, T.RUNTIME_TOP_K.name)
     top_p = _value(inputs, T.RUNTIME_TOP_P.name)
-    if (temperature is None and top_k is None and top_p is None) or top_k == 1 or temperature == 0:
+    # TensorRT-LLM turns top-k 0 and top-p 0 (also what absent means) into top-k 1, whatever the
+    # temperature (kernels/samplingTopKKernels.h regularizeTopKTopP, as the emulator reads it).
+    if (not top_k and not top_p) or top_k == 1 or temperature == 0:
         return SamplingParams()
     temperature = 1.0 if temperature is None else float(temperature)
     top_k = 0 if top_k is None else int(top_k)
@@ -233,7 +235,8 @@ def read_request(inputs: Mapping[str, np.ndarray], role: str, vocab_size: int | 
         sampling=sampling_from_inputs(inputs),
         seed=None if seed is None else int(seed),
         return_generation_logits=bool(_value(inputs, T.RETURN_GENERATION_LOGITS.name)),
-        exclude_input_in_output=True if exclude is None else bool(exclude),
+        # Absent: the prompt stays in output_ids, as the tensorrtllm flavor's engine configs say.
+        exclude_input_in_output=False if exclude is None else bool(exclude),
         stop_sequences=stop_sequences_from_list(_row(inputs, T.STOP_WORDS_LIST.name)),
         penalties=penalties_from_inputs(inputs, vocab_size if vocab_size is not None else 0),
         return_perf_metrics=bool(_value(inputs, T.RETURN_PERF_METRICS.name)),

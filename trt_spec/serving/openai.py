@@ -64,7 +64,7 @@ from tritonclient.grpc import InferInput, InferResult, service_pb2, service_pb2_
 from trt_spec.runtime import tensors as T
 
 R = TypeVar("R")
-TOKENIZER_PATH = ("preprocessing", "1", "tokenizer")  # the repository's target tokenizer files
+TOKENIZER_PATH = (T.PREPROCESSING, "1", "tokenizer")  # the repository's target tokenizer files
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_SEED = 2**64 - 1  # the ensemble's seed is UINT64
 _MAX_MESSAGE_BYTES = 2**31 - 1

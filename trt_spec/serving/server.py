@@ -627,7 +627,7 @@ class Supervisor:
     - a model that is not decoupled is unloaded at once (its requests are refused, readiness
       says not ready) and loaded again: new stub processes. In-flight requests get Triton's
       "Stub process '<instance>' is not healthy".
-    - a decoupled model (the loop ``tensorrt_llm_bls``): Triton would leave its in-flight
+    - a decoupled model (the loop ``spec_loop``): Triton would leave its in-flight
       requests waiting forever (measured), so the whole server is restarted on the same ports;
       open connections are closed, which their clients see as an error.
 

@@ -1,24 +1,14 @@
-"""Triton python model ``postprocessing``: token ids -> text, streaming-safe and stateless.
+"""Triton python model ``postprocessing``: TensorRT-LLM's own postprocessing interface (unary).
 
-Each loop response reaches this model as its own request; the loop's other outputs (statistics,
-log probs, ...) pass through unchanged; ``text_output`` is a 1-D ``[1]`` string tensor per response, as TensorRT-LLM's own postprocessing returns it. The protocol that makes the streamed
-deltas concatenate to decoding everything at once (multi-byte characters included) is written
-down in ``trt_spec/runtime/tensors.py``: the loop resends a window of already-covered tokens
-(``num_context_tokens`` of them) before the new ones, and the last, possibly incomplete,
-character is held back until a later response (or ``is_final``) settles it.
-
-Decoupled, so that a request may end with no response at all: the loop's liveness probes (an
-empty window that is not final, sent while a non-streaming request runs) are answered with the
-final flag only, and reach no client, but a probe that arrives cancelled relays the cancellation
-to the loop as any response does: Triton marks the ensemble's later step requests cancelled,
-never the loop step already running (``tensors.py``).
-
-Runs inside Triton's python-backend stub: imports numpy, the tokenizer library and
-``trt_spec.runtime`` (the copy the repository writer puts beside this file, else the installed
-package); the decoding itself is :func:`trt_spec.runtime.text.text_delta`.
+``TOKENS_BATCH`` ``[N, beams, L]`` (an engine's ``output_ids``) and ``SEQUENCE_LENGTH``
+``[N, beams]`` in; ``OUTPUT``: each sequence's first ``SEQUENCE_LENGTH`` tokens decoded, one
+string per sequence (``[N * beams]``, so a client of one prompt reads ``OUTPUT[0]``), special tokens
+skipped unless the ``skip_special_tokens`` parameter says otherwise; as upstream's
+(``triton_backend/all_models/inflight_batcher_llm/postprocessing/1/model.py`` @ 2e2327b, which
+decodes with the tokenizer's defaults). Our ensemble streams through ``spec_postprocessing``
+instead, whose deltas concatenate to the same text.
 """
 
-import collections
 import sys
 from pathlib import Path
 
@@ -30,12 +20,34 @@ if (_HERE / "trt_spec").is_dir():
     sys.path.insert(0, str(_HERE))
 
 from trt_spec.runtime import tensors as T  # noqa: E402
-from trt_spec.runtime.parameters import PostprocessingParameters  # noqa: E402
-from trt_spec.runtime.text import text_delta  # noqa: E402
+from trt_spec.runtime.parameters import TrtllmPostprocessingParameters  # noqa: E402
 
-RELAYED_KEYS_KEPT = 1024  # cancellations already relayed, remembered so each is sent once
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-PASSED_THROUGH = tuple(tensor.name for tensor in T.LOOP_DIRECT_OUTPUTS)
+
+class RequestError(ValueError):
+    """A request the model refuses; the message goes to the client as it is."""
+
+
+def sequences(tokens: np.ndarray | None, lengths: np.ndarray | None) -> list[list[int]]:
+    """``TOKENS_BATCH`` and ``SEQUENCE_LENGTH`` -> each sequence's tokens, prompt by prompt, beam by beam.
+
+    Raises:
+        RequestError: a missing input or shapes that do not match.
+    """
+    if tokens is None or lengths is None:
+        raise RequestError("postprocessing needs TOKENS_BATCH [N, beams, L] and SEQUENCE_LENGTH [N, beams]")
+    if tokens.ndim != 3 or lengths.shape != tokens.shape[:2]:
+        raise RequestError(
+            f"TOKENS_BATCH must be [N, beams, L] and SEQUENCE_LENGTH [N, beams]; got {list(tokens.shape)} and "
+            f"{list(lengths.shape)}"
+        )
+    out = []
+    for row in range(tokens.shape[0]):
+        for beam in range(tokens.shape[1]):
+            length = int(lengths[row, beam])
+            if not 0 <= length <= tokens.shape[2]:
+                raise RequestError(f"SEQUENCE_LENGTH {length} is outside TOKENS_BATCH's {tokens.shape[2]} tokens")
+            out.append([int(token) for token in tokens[row, beam, :length]])
+    return out
 
 
 class TritonPythonModel:
@@ -44,65 +56,26 @@ class TritonPythonModel:
 
         from transformers import AutoTokenizer
 
-        parameters = PostprocessingParameters.from_config(json.loads(args["model_config"]))
+        parameters = TrtllmPostprocessingParameters.from_config(json.loads(args["model_config"]))
         self.tokenizer = AutoTokenizer.from_pretrained(str(Path(__file__).parent / parameters.tokenizer_dir))
-        self.loop_model = parameters.loop_model
-        self.relayed = collections.OrderedDict()  # request keys whose cancellation went to the loop
+        self.skip_special_tokens = parameters.skip_special_tokens
 
     def execute(self, requests):
+        responses = []
         for request in requests:
-            sender = request.get_response_sender()
-            if request.is_cancelled():
-                # Answered as usual afterwards: an error here leaves Triton 2.51's cancelled
-                # ensemble request in flight for good.
-                self.relay_cancellation(request)
             try:
-                ids = pb_utils.get_input_tensor_by_name(request, T.LOOP_OUTPUT_IDS.name).as_numpy()
-                context = pb_utils.get_input_tensor_by_name(request, T.NUM_CONTEXT_TOKENS.name).as_numpy()
-                final = pb_utils.get_input_tensor_by_name(request, T.IS_FINAL.name).as_numpy()
-                if T.is_probe(ids, final):
-                    sender.send(flags=FINAL)  # no response: nothing reaches the client
-                    continue
-                texts = [
-                    text_delta(
-                        self.tokenizer,
-                        ids[row].tolist(),
-                        int(context[row].reshape(-1)[0]),
-                        bool(final[row].reshape(-1)[0]),
-                    )
-                    for row in range(ids.shape[0])
-                ]
-                # 1-D, one string per row, as TensorRT-LLM's postprocessing returns it: its clients
-                # read a response's text as ``as_numpy("text_output")[0]``.
+                tokens, lengths = (
+                    pb_utils.get_input_tensor_by_name(request, tensor.name) for tensor in T.TRTLLM_POSTPROCESSING_INPUTS
+                )
+                ids = sequences(
+                    None if tokens is None else tokens.as_numpy(), None if lengths is None else lengths.as_numpy()
+                )
+                texts = self.tokenizer.batch_decode(ids, skip_special_tokens=self.skip_special_tokens)
                 output = np.array([text.encode("utf-8") for text in texts], dtype=object)
-                tensors = [pb_utils.Tensor(T.TEXT_OUTPUT.name, output)]
-                for name in PASSED_THROUGH:  # the loop's other outputs, as they came
-                    tensor = pb_utils.get_input_tensor_by_name(request, name)
-                    if tensor is not None:
-                        tensors.append(pb_utils.Tensor(name, tensor.as_numpy()))
-                response = pb_utils.InferenceResponse(output_tensors=tensors)
+                responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(T.OUTPUT.name, output)]))
+            except RequestError as exc:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
             except Exception as exc:  # noqa: BLE001 - one short line to the client, never a traceback
                 message = f"postprocessing failed: {type(exc).__name__}: {exc}"
-                response = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
-            sender.send(response, flags=FINAL)
-        return None
-
-    def relay_cancellation(self, request) -> None:
-        """Tell the loop model that the client of this request is gone (Triton cancels only an
-        ensemble's next steps, not the loop already running; see tensors.py)."""
-        key = pb_utils.get_input_tensor_by_name(request, T.REQUEST_KEY.name)
-        if key is None or not self.loop_model:
-            return
-        key = int(key.as_numpy().reshape(-1)[0])
-        if key in self.relayed:
-            return
-        self.relayed[key] = None
-        while len(self.relayed) > RELAYED_KEYS_KEPT:
-            self.relayed.popitem(last=False)
-        cancel = pb_utils.InferenceRequest(
-            model_name=self.loop_model,
-            inputs=[pb_utils.Tensor(T.CANCEL_REQUEST_KEY.name, np.array([[key]], dtype=np.uint64))],
-            requested_output_names=[],
-        )
-        for _ in cancel.exec(decoupled=True):
-            pass
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
+        return responses

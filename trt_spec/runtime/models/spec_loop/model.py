@@ -1,4 +1,4 @@
-"""Triton python model ``tensorrt_llm_bls``: the draft -> verify loop (decoupled, async).
+"""Triton python model ``spec_loop``: the draft -> verify loop (decoupled, async).
 
 Each request runs as its own asyncio task, and each of its prompts (a request may carry N, as
 TensorRT-LLM's ensemble takes them) as one more (:func:`trt_spec.runtime.bls.run_loop`), awaiting
