@@ -57,7 +57,7 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from tritonclient.grpc import InferInput, InferResult, service_pb2, service_pb2_grpc
 
@@ -67,6 +67,10 @@ R = TypeVar("R")
 TOKENIZER_PATH = (T.PREPROCESSING, "1", "tokenizer")  # the repository's target tokenizer files
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_SEED = 2**64 - 1  # the ensemble's seed is UINT64
+MAX_INT32 = 2**31 - 1  # max_tokens, top_k, num_draft_tokens and min_tokens are INT32 tensors: no wraparound
+# stop: bounded before anything is tokenized (each string costs a tokenizer call per request).
+MAX_STOP_STRINGS = 32
+MAX_STOP_BYTES = 1024
 _MAX_MESSAGE_BYTES = 2**31 - 1
 _GRPC_OPTIONS = [("grpc.max_send_message_length", _MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length", -1)]
 
@@ -127,6 +131,30 @@ def _unsupported(param: str, fix: str, value: Any = None) -> OpenAIError:
 # --- request schemas --------------------------------------------------------------------------
 
 
+def _refuse_lone_surrogates(value: Any, path: str = "") -> None:
+    """A JSON string may escape a lone UTF-16 surrogate (``"\\ud800"``), which is no Unicode
+    character and cannot be encoded: refused by where it is, before any use of the text."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{path or 'a string'} holds a lone UTF-16 surrogate, which is not valid Unicode"
+            ) from None
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            _refuse_lone_surrogates(getattr(value, name), f"{path}.{name}" if path else name)
+        for name, item in (value.model_extra or {}).items():
+            _refuse_lone_surrogates(item, f"{path}.{name}" if path else name)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _refuse_lone_surrogates(item, f"{path}[{index}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_lone_surrogates(key, path)
+            _refuse_lone_surrogates(item, f"{path}.{key}" if isinstance(key, str) else path)
+
+
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -142,7 +170,7 @@ class _GenerationRequest(BaseModel):
     model: str
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
@@ -153,10 +181,26 @@ class _GenerationRequest(BaseModel):
     logit_bias: dict[str, float] | None = None
     user: str | None = None  # accepted, changes nothing
     # Extensions: TensorRT-LLM's top_k; the draft length (0 = plain target decoding; changes speed, not the output).
-    top_k: int | None = Field(default=None, ge=0)
-    num_draft_tokens: int | None = Field(default=None, ge=0)
+    top_k: int | None = Field(default=None, ge=0, le=MAX_INT32)
+    num_draft_tokens: int | None = Field(default=None, ge=0, le=MAX_INT32)
     repetition_penalty: float | None = Field(default=None, gt=0)
-    min_tokens: int | None = Field(default=None, ge=0)
+    min_tokens: int | None = Field(default=None, ge=0, le=MAX_INT32)
+
+    @field_validator("stop")
+    @classmethod
+    def _bounded_stop(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if len(stops) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings are allowed; got {len(stops)}")
+        for text in stops:
+            if len(text.encode("utf-8", "surrogatepass")) > MAX_STOP_BYTES:
+                raise ValueError(f"each stop string may have at most {MAX_STOP_BYTES} bytes")
+        return stop
+
+    @model_validator(mode="after")
+    def _valid_unicode(self) -> _GenerationRequest:
+        _refuse_lone_surrogates(self)
+        return self
 
     def refuse_unsupported(self) -> None:
         """Values of OpenAI parameters this server does not implement: one 400 naming the first."""
@@ -252,7 +296,7 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(_GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
     logprobs: bool | None = None
     top_logprobs: int | None = None
     response_format: dict[str, Any] | None = None
@@ -913,13 +957,15 @@ def _validation_error(errors: Any) -> OpenAIError:
             param or "this field",
             "leave it out (the server implements OpenAI's parameters it documents, plus top_k and num_draft_tokens)",
         )
+    message = str(error.get("msg", "invalid request")).removeprefix("Value error, ")
+    if error.get("type") == "value_error" and not loc:  # a check of the whole request (lone surrogates)
+        return bad_request(message, None)
     if error.get("type") == "json_invalid" or not loc:
-        return bad_request(
-            f"the request body is not valid JSON or not an object: {error.get('msg')}", None, "invalid_json"
-        )
+        return bad_request(f"the request body is not valid JSON or not an object: {message}", None, "invalid_json")
     if error.get("type") == "missing":
         return bad_request(f"{param} is required", param, "missing_required_parameter")
-    return bad_request(f"{param}: {error.get('msg')}; got {error.get('input')!r}", param)
+    given = ascii(error.get("input"))  # ascii: a lone surrogate in the value must not break the JSON answer
+    return bad_request(f"{param}: {message}; got {given if len(given) <= 80 else given[:77] + '...'}", param)
 
 
 # --- running it beside Triton -----------------------------------------------------------------
@@ -964,6 +1010,7 @@ class OpenAIServer:
         import uvicorn
 
         from trt_spec.errors import ServerError
+        from trt_spec.serving.connections import connection_cap, raise_open_files_limit, uvicorn_protocol
 
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -977,8 +1024,11 @@ class OpenAIServer:
                 "--openai-port"
             ) from None
         self.port = sock.getsockname()[1]
+        # Idle and excess connections are closed so that no client can use up this process's file
+        # descriptors (serving/connections.py).
+        protocol = uvicorn_protocol(connection_cap(raise_open_files_limit()))
         config = uvicorn.Config(
-            self.app, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="on"
+            self.app, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="on", http=protocol
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

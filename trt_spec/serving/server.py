@@ -97,6 +97,57 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def port_holder(port: int) -> str | None:
+    """The process listening on TCP ``port`` ("pid N (command line)"), from /proc/net/tcp{,6} and
+    the processes' socket descriptors; None when none is found (or it is not ours to see)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in (entry / "fd").iterdir():
+                if os.readlink(fd) in inodes:
+                    argv = (entry / "cmdline").read_bytes().split(b"\0")
+                    command = " ".join(arg.decode(errors="replace") for arg in argv if arg)
+                    return f"pid {entry.name} ({command[:120]})"
+        except OSError:
+            continue
+    return None
+
+
+def check_port_free(host: str, port: int, option: str) -> None:
+    """Refuse a port something already listens on, naming the holder (Triton's gRPC listener
+    binds with SO_REUSEPORT, so a second server would share the port instead of failing).
+
+    Raises:
+        ServerError: the port is taken.
+    """
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            holder = port_holder(port)
+            raise ServerError(
+                f"port {port} on {host} is taken{f' by {holder}' if holder else ''} ({exc.strerror}); stop that "
+                f"process or choose another {option}"
+            ) from None
+
+
 def _bundled_server(workdir: Path) -> tuple[Path, Path, dict[str, str]]:
     """The nvidia-pytriton tritonserver, a backend directory for it, and its environment."""
     try:
@@ -333,6 +384,8 @@ class TritonServer:
                 raise ServerError(
                     f"cannot write the server log {self.log_file}: {exc.strerror}; choose another path with --log-file"
                 ) from None
+        for name, port in (("http", self.http_port), ("grpc", self.grpc_port), ("metrics", self.metrics_port)):
+            check_port_free(self.host, port, f"--{name}-port")
         self.command = server_command(
             self.repo,
             host=self.host,
@@ -391,15 +444,35 @@ class TritonServer:
             else:
                 shutil.rmtree(self.command.workdir, ignore_errors=True)
 
+    def kill(self) -> None:
+        """Stop at once, for a second signal while a stop is under way: SIGKILL to the server's
+        whole process group, wait (2 s at most) until it is gone, remove this server's shared
+        memory and working directory. Takes no lock (the stop under way may hold it)."""
+        self._stopping.set()
+        process = self.process
+        if process is not None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            _wait_group_gone(process.pid, timeout_s=2.0)
+        self._remove_shared_memory()
+        if self.command is not None:
+            shutil.rmtree(self.command.workdir, ignore_errors=True)
+
     def wait(self) -> int:
         """Block until the server exits; returns its exit code."""
         return self.process.wait()
 
     def _launch(self) -> None:
         """Start the server process (the caller holds ``_lock``); its output appends to the log."""
+        # Under the reaper (serving/reaper.py): the server's process group dies with this process,
+        # however this process dies.
+        reaper = [sys.executable, "-m", "trt_spec.serving.reaper", f"--shm-prefix={self.shm_prefix}"]
+        reaper += [f"--workdir={self.command.workdir}", "--"]
         with open(self.log_path, "a") as log:
             self.process = subprocess.Popen(
-                self.command.argv,
+                [*reaper, *self.command.argv],
                 env=self.command.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -671,15 +744,25 @@ class Supervisor:
 
     def _run(self) -> None:
         try:
-            known = self.server.stubs()
-            while not self._stop.wait(self.interval_s):
-                if self._server_exited():
-                    return
-                current = self.server.stubs()
-                dead = {pid: stub for pid, stub in known.items() if pid not in current}
-                known.update(current)
-                if dead and not (self._stop.is_set() or self.server.stopping):  # a stop ends stubs too
-                    known = self._recover(dead, known)
+            known: dict[int, Stub] | None = None  # the stubs seen so far; None until the first look
+            while not self._stop.wait(0 if known is None else self.interval_s):
+                try:
+                    if known is None:
+                        known = self.server.stubs()
+                        continue
+                    if self._server_exited():
+                        return
+                    current = self.server.stubs()
+                    dead = {pid: stub for pid, stub in known.items() if pid not in current}
+                    known.update(current)
+                    if dead and not (self._stop.is_set() or self.server.stopping):  # a stop ends stubs too
+                        known = self._recover(dead, known)
+                except ServerError:
+                    raise  # a recovery that failed: supervision gives up, with the reason
+                except Exception as exc:  # noqa: BLE001 - e.g. EMFILE reading /proc: logged, supervision goes on
+                    self.on_event(f"supervision check failed ({type(exc).__name__}: {exc}); retrying")
+                    if self._stop.wait(1.0):
+                        return
         except ServerError as exc:
             if not (self._stop.is_set() or self.server.stopping):
                 time.sleep(0.2)  # a server that died meanwhile: report its exit rather than the symptom

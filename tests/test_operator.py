@@ -1,0 +1,260 @@
+"""What an operator needs of `trt-spec serve`, against the real CPU Triton server (demo pair,
+torch flavor, loopback only): a flood of idle connections to the OpenAI port under a
+1,024-descriptor limit takes nothing down (the supervisor reads /proc in the same process;
+uvicorn alone never closes a connection that sends no request); nothing outlives `serve`, however
+it dies (SIGKILL, a second SIGTERM during the stop); a start on a taken port is refused at once,
+naming the process that holds it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES, decode, greedy_reference
+
+from trt_spec.bench.prompts import prompt_texts
+from trt_spec.client import SpecClient
+from trt_spec.repository.writer import write_repository
+from trt_spec.runtime import tensors as T
+from trt_spec.serving.connections import RESERVED_DESCRIPTORS, connection_cap
+from trt_spec.serving.server import free_port
+from trt_spec.spec import load_spec
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("pytriton") is None or importlib.util.find_spec("uvicorn") is None,
+    reason="needs the CPU Triton server (nvidia-pytriton) and the openai extra",
+)
+TRT_SPEC = str(Path(sys.executable).parent / "trt-spec")
+DESCRIPTOR_LIMIT = 1024
+NEW_TOKENS = 16
+
+
+def _limit_descriptors() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (DESCRIPTOR_LIMIT, DESCRIPTOR_LIMIT))
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory):
+    """`trt-spec serve` with an OpenAI port, started under a 1,024-descriptor limit (as `prlimit
+    --nofile=1024:1024` would)."""
+    root = tmp_path_factory.mktemp("operator")
+    repo = write_repository(load_spec(EXAMPLES / "pystdlib-demo.yaml"), root / "repo", "torch").path
+    ports = {name: free_port() for name in ("http", "grpc", "metrics", "openai")}
+    argv = [TRT_SPEC, "serve", "--repo", str(repo), "--log-file", str(root / "triton.log"), "--openai-model-name=m"]
+    argv += [f"--{name}-port={port}" for name, port in ports.items()]
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=open(root / "serve.err", "w"), text=True, preexec_fn=_limit_descriptors
+    )
+    deadline = time.monotonic() + 300
+    line = ""
+    while not line.startswith("ready"):
+        line = process.stdout.readline()
+        assert line or process.poll() is None, (root / "serve.err").read_text()
+        assert time.monotonic() < deadline, "serve was not ready in 300 s"
+    yield process, ports, root
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=30)
+
+
+def _completion(port: int, prompt: str) -> str:
+    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())["choices"][0]["text"]
+
+
+def test_the_connection_cap_leaves_descriptors_for_the_rest():
+    assert connection_cap(DESCRIPTOR_LIMIT) == DESCRIPTOR_LIMIT - RESERVED_DESCRIPTORS
+    assert connection_cap(100) == 16  # never below a usable few
+
+
+def test_1100_idle_connections_under_a_1024_descriptor_limit_take_nothing_down(serve, target):
+    process, ports, root = serve
+    prompt = prompt_texts(1, 120)[0]
+    expected = decode(target, greedy_reference(target, prompt, NEW_TOKENS))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1400:
+        pytest.skip(f"this test process may open only {hard} descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1400), hard))
+    flood = []
+    try:
+        for _ in range(1100):
+            flood.append(socket.create_connection(("127.0.0.1", ports["openai"]), timeout=5))
+        time.sleep(2.0)  # four supervision rounds while the flood holds its connections
+        assert process.poll() is None, (root / "serve.err").read_text()
+        started = time.perf_counter()
+        assert _completion(ports["openai"], prompt) == expected  # a fresh OpenAI client
+        fresh_s = time.perf_counter() - started
+        with SpecClient(f"127.0.0.1:{ports['grpc']}") as client:
+            assert "".join(e.text for e in client.generate(prompt, max_tokens=NEW_TOKENS, temperature=0)) == expected
+        # Most of the flood was closed by the server (the cap) or by the first-request timeout.
+        time.sleep(6.0)
+        closed = 0
+        for sock in flood:
+            sock.setblocking(False)
+            try:
+                closed += sock.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed += 1
+        print(
+            f"1100 idle connections: serve up, a fresh OpenAI request took {fresh_s:.2f} s; {closed} closed by the server"
+        )
+        assert closed == len(flood)  # none sent a request within the keep-alive timeout
+    finally:
+        for sock in flood:
+            sock.close()
+    assert process.poll() is None
+    assert "Too many open files" not in (root / "serve.err").read_text()
+
+
+# --- nothing outlives serve ----------------------------------------------------------------------
+
+QUICK = (T.PREPROCESSING, T.POSTPROCESSING)  # two python models: a server ready in seconds
+
+
+@pytest.fixture(scope="module")
+def quick_repo(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("operator_quick")
+    repo = write_repository(load_spec(EXAMPLES / "pystdlib-demo.yaml"), root / "repo", "torch").path
+    for model in T.MODEL_NAMES:
+        if model not in QUICK:
+            shutil.rmtree(repo / model)
+    return repo
+
+
+def _start(repo: Path, ports: dict[str, int], **popen) -> subprocess.Popen:
+    argv = [TRT_SPEC, "serve", "--repo", str(repo), "--ready-timeout", "120"]
+    argv += [f"--{name}-port={port}" for name, port in ports.items()]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    line = process.stdout.readline()
+    assert line.startswith("ready"), process.stderr.read() if process.poll() is not None else line
+    return process
+
+
+def _descendants(pid: int) -> set[int]:
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] not in "ZX":
+                parents[int(entry.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in "ZX":
+            alive.add(pid)
+    return alive
+
+
+def _our_regions(pids: set[int]) -> set[str]:
+    """The /dev/shm regions named on the stubs' command lines (argv[2])."""
+    regions = set()
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 2 and argv[0].endswith(b"triton_python_backend_stub"):
+            regions.add(argv[2].decode())
+    return regions
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _assert_nothing_left(tree: set[int], regions: set[str], ports: dict[str, int], within_s: float = 5.0):
+    deadline = time.monotonic() + within_s
+    while _alive(tree) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gone_s = within_s - (deadline - time.monotonic())
+    assert not _alive(tree), f"left running: {sorted(_alive(tree))}"
+    assert regions and not {p.name for p in Path("/dev/shm").iterdir()} & regions
+    assert all(_port_free(port) for port in ports.values())
+    return gone_s
+
+
+def test_sigkill_of_serve_leaves_no_process_shared_memory_or_port(quick_repo):
+    ports = {name: free_port() for name in ("http", "grpc", "metrics")}
+    process = _start(quick_repo, ports)
+    tree = _descendants(process.pid)
+    regions = _our_regions(tree)
+    assert len(regions) == len(QUICK)
+    process.kill()  # as the OOM killer would
+    process.wait()
+    gone_s = _assert_nothing_left(tree, regions, ports)
+    print(f"SIGKILL of serve: its {len(tree)} processes gone {gone_s:.2f} s later, shared memory and ports free")
+
+
+def test_a_second_sigterm_during_the_stop_is_a_bounded_hard_stop(quick_repo):
+    ports = {name: free_port() for name in ("http", "grpc", "metrics")}
+    process = _start(quick_repo, ports)
+    tree = _descendants(process.pid)
+    regions = _our_regions(tree)
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    time.sleep(0.3)  # the first stop is under way
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=10) == 1
+    stopped_s = time.monotonic() - started
+    assert "stopped hard" in process.stderr.read()
+    _assert_nothing_left(tree, regions, ports, within_s=1.0)
+    print(f"double SIGTERM: serve exited 1 after {stopped_s:.2f} s, nothing left")
+
+
+def test_a_start_on_a_taken_port_is_refused_at_once_naming_the_holder(quick_repo, tmp_path):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    try:
+        started = time.monotonic()
+        result = subprocess.run(
+            [TRT_SPEC, "serve", "--repo", str(quick_repo), f"--http-port={taken}"]
+            + [f"--{name}-port={free_port()}" for name in ("grpc", "metrics")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        seconds = time.monotonic() - started
+    finally:
+        holder.close()
+    assert result.returncode == 1 and not result.stdout.startswith("ready")
+    assert f"port {taken} on 127.0.0.1 is taken by pid {os.getpid()}" in result.stderr, result.stderr
+    assert "--http-port" in result.stderr
+    assert seconds < 10, seconds
