@@ -38,8 +38,21 @@ class _Stop(BaseException):
     """Raised by the signal handler; not an Exception, so nothing on the way swallows it."""
 
 
+# The server being served; a second SIGTERM/SIGINT while the first one's stop runs kills it at once.
+_serving: list[TritonServer] = []
+_signals: list[int] = []
+
+
 def _raise_stop(signum, frame) -> None:
-    raise _Stop()
+    _signals.append(signum)
+    if len(_signals) == 1:
+        raise _Stop()
+    # A second signal: a bounded hard stop that still leaves no process or shared memory behind.
+    for server in _serving:
+        server.kill()
+    click.echo("stopped hard (a second signal during the stop)", err=True)
+    sys.stderr.flush()
+    os._exit(1)
 
 
 @click.command()
@@ -189,6 +202,8 @@ def serve(
         require_engine_server(Path(repo), engines)
         for warning in check_engines(engines, installed_versions(), compare_versions=not skip_version_check):
             click.echo(f"warning: {warning}", err=True)
+    _signals.clear()
+    _serving.clear()
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     workdir = None
     try:
@@ -282,6 +297,7 @@ def _serve(server: TritonServer, openai: _OpenAIEndpoint | None = None) -> None:
     line, and run until a signal (raises _Stop) or the end of supervision (the server exited,
     or its models crashed in a loop)."""
     endpoint = supervisor = None
+    _serving.append(server)
     try:
         server.start()
         supervisor = Supervisor(server, on_event=_say).start()
