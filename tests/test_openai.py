@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -341,6 +342,13 @@ def test_curl_without_a_content_type_is_read_as_json(endpoint, target, prompts):
         ({"extra_body": {"ignore_eos": True}}, "ignore_eos", "not supported"),
         ({"temperature": 3.0}, "temperature", "less than or equal to 2"),
         ({"max_tokens": 0}, "max_tokens", "greater than or equal to 1"),
+        # INT32 tensors: checked before any cast (2**32 + 8 used to wrap to 8)
+        ({"max_tokens": 2**32 + 8}, "max_tokens", "less than or equal to 2147483647"),
+        ({"extra_body": {"top_k": 2**32 + 5}}, "top_k", "less than or equal to 2147483647"),
+        ({"extra_body": {"num_draft_tokens": 2**32 + 3}}, "num_draft_tokens", "less than or equal to 2147483647"),
+        ({"max_tokens": 10**20}, "max_tokens", "less than or equal to 2147483647"),
+        ({"stop": ["x"] * 33}, "stop", "at most 32 stop strings"),
+        ({"stop": "y" * 1025}, "stop", "at most 1024 bytes"),
     ],
 )
 def test_unsupported_or_bad_parameters_are_refused_in_openai_shape(client, options, param, text):
@@ -350,6 +358,42 @@ def test_unsupported_or_bad_parameters_are_refused_in_openai_shape(client, optio
     assert set(error) == {"message", "type", "param", "code"}
     assert error["type"] == "invalid_request_error" and error["param"] == param
     assert text in error["message"]
+
+
+def test_100000_stop_strings_are_refused_at_once(endpoint):
+    body = json.dumps({"model": MODEL, "prompt": "x = 1\n", "max_tokens": 4, "stop": [f"s{i}" for i in range(100_000)]})
+    request = urllib.request.Request(f"{endpoint.url}/completions", body.encode(), {"Content-Type": "application/json"})
+    started = time.perf_counter()
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=60)
+    seconds = time.perf_counter() - started
+    error = json.loads(caught.value.read())["error"]
+    assert caught.value.code == 400 and error["param"] == "stop" and "at most 32" in error["message"]
+    assert len(error["message"]) < 300  # the list is not echoed back
+    print(f"100,000 stop strings refused in {seconds * 1000:.0f} ms")
+    assert seconds < 0.5
+
+
+@pytest.mark.parametrize("where", ["prompt", "stop", "messages"])
+def test_a_lone_surrogate_is_one_400_naming_where_it_is(endpoint, where):
+    # JSON may escape a lone UTF-16 surrogate; it is no Unicode character: a 400, never a 500.
+    body = {"model": MODEL, "max_tokens": 4, "prompt": "x = 1\n"}
+    path = "completions"
+    if where == "stop":
+        body["stop"] = ["a\ud800"]
+    elif where == "prompt":
+        body["prompt"] = "a\ud800"
+    else:
+        path = "chat/completions"
+        del body["prompt"]
+        body["messages"] = [{"role": "user", "content": "a\ud800"}]
+    raw = json.dumps(body).encode()  # ensure_ascii: the surrogate travels as the escape \ud800, as clients send it
+    request = urllib.request.Request(f"{endpoint.url}/{path}", raw, {"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=60)
+    error = json.loads(caught.value.read())["error"]
+    assert caught.value.code == 400, error
+    assert "lone UTF-16 surrogate" in error["message"] and where in error["message"], error
 
 
 def test_n_2_is_refused_for_chat_too(chat_client):

@@ -419,6 +419,9 @@ REFUSED = [
     ("decoder_text_input", np.array([["x"]], dtype=object), "decoder_text_input = 'x' is not supported with"),
     ("end_id", np.array([[10**6]], dtype=np.int32), "end_id must be a token id below the vocabulary size"),
     ("pad_id", np.array([[-5]], dtype=np.int32), "pad_id must be a token id below the vocabulary size"),
+    # word lists are bounded before any is tokenized (100,000 bad words used to take ~7 s)
+    ("bad_words", np.array([[f"w{i}" for i in range(100_000)]], dtype=object), "bad_words has 100000 entries"),
+    ("stop_words", np.array([["s" * 2000]], dtype=object), "stop_words holds a 2000-byte entry"),
 ]
 
 

@@ -226,6 +226,15 @@ def test_preprocessing_answers_as_upstreams(server, target):
                 prepare_tensor("REQUEST_OUTPUT_LEN", np.array([[8]], dtype=np.int32)),
             ],
         )
+    with pytest.raises(InferenceServerException, match="STOP_WORDS_DICT has 300 entries; at most 256"):
+        client.infer(
+            T.TRTLLM_PREPROCESSING,
+            [
+                prepare_tensor("QUERY", queries[:1]),
+                prepare_tensor("REQUEST_OUTPUT_LEN", np.array([[8]], dtype=np.int32)),
+                prepare_tensor("STOP_WORDS_DICT", np.array([[f"s{i}" for i in range(300)]], dtype=object)),
+            ],
+        )
     client.close()
 
 

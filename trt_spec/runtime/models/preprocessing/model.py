@@ -30,7 +30,9 @@ from trt_spec.runtime import tensors as T  # noqa: E402
 from trt_spec.runtime.parameters import TrtllmPreprocessingParameters  # noqa: E402
 from trt_spec.runtime.tokenizing import (  # noqa: E402
     PromptTooLarge,
+    WordListTooLarge,
     check_prompt_size,
+    check_word_list,
     embedding_bias,
     max_prompt_bytes,
     stack_word_lists,
@@ -94,7 +96,11 @@ class UpstreamPreprocessor:
         for row in range(size):
             try:
                 check_prompt_size(query[row, 0], self.max_prompt_bytes, self.parameters.max_input_len, T.QUERY.name)
-            except PromptTooLarge as exc:
+                for tensor in (T.BAD_WORDS_DICT, T.STOP_WORDS_DICT, T.UPPER_EMBEDDING_BIAS_WORDS):
+                    words = inputs.get(tensor.name)
+                    if words is not None:
+                        check_word_list(words[row], tensor.name)
+            except (PromptTooLarge, WordListTooLarge) as exc:
                 raise RequestError(str(exc)) from None
 
         end_ids = self._ids(inputs.get(T.UPPER_END_ID.name), self.end_id, size)

@@ -62,7 +62,9 @@ from trt_spec.runtime.penalties import ENGINE_MIN_TOKENS, MAX_BIAS_WEIGHT, Penal
 from trt_spec.runtime.sampling import GREEDY_TEMPERATURE, NO_TOP_K, NO_TOP_P, SamplingParams  # noqa: E402
 from trt_spec.runtime.tokenizing import (  # noqa: E402
     PromptTooLarge,
+    WordListTooLarge,
     check_prompt_size,
+    check_word_list,
     embedding_bias,
     max_prompt_bytes,
     stack_word_lists,
@@ -414,6 +416,12 @@ def read_request(request, max_bytes: int | None = None, max_input_len: int = 0) 
             raise RequestError(
                 f"{tensor.name} must have one row per prompt ({size}, as text_input); got shape {list(data.shape)}"
             )
+        if data is not None and tensor in WORD_LIST_INPUTS:
+            for row in range(size):
+                try:
+                    check_word_list(data[row], tensor.name)
+                except WordListTooLarge as exc:
+                    raise RequestError(str(exc)) from None
         columns[tensor] = data
     prompts = []
     for row in range(size):
