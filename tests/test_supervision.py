@@ -329,6 +329,42 @@ def test_a_killed_model_process_comes_back_under_load(supervised, model, errors_
     assert generate_text(server) == before  # greedy: the same output after the recovery
 
 
+@needs_triton
+@pytest.mark.parametrize("model", [T.TARGET, T.DRAFT])
+def test_a_stopped_engine_process_is_killed_and_recovered_under_load(supervised, model):
+    # SIGSTOP: the stub is alive but answers nothing; Triton fails its requests ("Stub process ...
+    # is not healthy") and calls the model ready. The supervisor kills it and recovers the model.
+    server, supervisor, events = supervised
+    before = generate_text(server)
+    done = len(supervisor.recoveries)
+    with Load(server) as load:
+        _until(lambda: len(load.successes_after(0)) >= 2, timeout_s=30)
+        [victim] = [stub for stub in server.stubs().values() if stub.model == model]
+        stopped = time.monotonic()
+        os.kill(victim.pid, signal.SIGSTOP)
+        try:
+            _until(lambda: len(supervisor.recoveries) > done, timeout_s=RELOAD_TIMEOUT_S + RESTART_LIMIT_S + 30)
+        finally:
+            try:
+                os.kill(victim.pid, signal.SIGCONT)  # in case it was not killed
+            except ProcessLookupError:
+                pass
+        _until(lambda: load.successes_after(supervisor.recoveries[-1].detected_at), timeout_s=30)
+    recovery = supervisor.recoveries[-1]
+    served_again = min(o.ended for o in load.successes_after(recovery.detected_at))
+    down = min(t for t, status in load.readiness if t > stopped and status != 200)
+    print(
+        f"\n{model}: stopped pid {victim.pid}; not ready {down - stopped:.2f} s later; {recovery.action} took "
+        f"{recovery.seconds:.1f} s; served again {served_again - stopped:.1f} s after the stop"
+    )
+    assert any(f"pid {victim.pid}) has been stopped for" in event for event in events)
+    assert recovery.model == model
+    assert down - stopped < 5  # not ready within 5 s
+    assert served_again - stopped < 30 + (RESTART_LIMIT_S if recovery.action == "restart" else 0)
+    assert readiness(server) == 200
+    assert generate_text(server) == before
+
+
 # --- hardened defaults and a bounded stop, on the same server ------------------------------------
 
 

@@ -70,6 +70,8 @@ RESTART_KILL_S = 1.0  # a restart does not drain: the requests in flight fail an
 # request reaches the instance of a stub that was killed holding its shared-memory lock, and an
 # aborting tritonserver may hang instead of exiting.
 RELOAD_TIMEOUT_S = 30.0
+# A stub stopped this long (SIGSTOP, a debugger) is killed and recovered as a dead one.
+STOPPED_STUB_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -627,6 +629,14 @@ def _wait_group_gone(pgid: int, *, timeout_s: float) -> None:
         time.sleep(0.02)
 
 
+def _process_state(pid: int) -> str:
+    """A process's state letter from /proc/<pid>/stat ("" when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 def _process_table() -> dict[int, tuple[int, str]]:
     """Every process's parent pid and state letter, from /proc/<pid>/stat."""
     table = {}
@@ -720,6 +730,7 @@ class Supervisor:
     _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _done: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _thread: threading.Thread | None = field(default=None, init=False, repr=False)
+    _stopped_since: dict[int, float] = field(default_factory=dict, init=False, repr=False)
 
     def start(self) -> Supervisor:
         self._thread = threading.Thread(target=self._run, name="trt-spec-supervisor", daemon=True)
@@ -753,6 +764,7 @@ class Supervisor:
                     if self._server_exited():
                         return
                     current = self.server.stubs()
+                    self._end_stopped(current)
                     dead = {pid: stub for pid, stub in known.items() if pid not in current}
                     known.update(current)
                     if dead and not (self._stop.is_set() or self.server.stopping):  # a stop ends stubs too
@@ -770,6 +782,29 @@ class Supervisor:
                     self.failure = str(exc)
         finally:
             self._done.set()
+
+    def _end_stopped(self, stubs: dict[int, Stub]) -> None:
+        """SIGKILL a stub that has been stopped (SIGSTOP, a debugger) for :data:`STOPPED_STUB_S`:
+        Triton answers its requests "Stub process ... is not healthy" while calling the model ready,
+        and a reload would wait on it; killed, it is recovered as a dead stub."""
+        now = time.monotonic()
+        for pid in [pid for pid in self._stopped_since if pid not in stubs]:
+            del self._stopped_since[pid]
+        for pid, stub in stubs.items():
+            if _process_state(pid) not in ("T", "t"):
+                self._stopped_since.pop(pid, None)
+                continue
+            since = self._stopped_since.setdefault(pid, now)
+            if now - since >= STOPPED_STUB_S:
+                self.on_event(
+                    f"model {stub.model}: its process {stub.instance} (pid {pid}) has been stopped for "
+                    f"{now - since:.1f} s; killing it to recover the model"
+                )
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                del self._stopped_since[pid]
 
     def _server_exited(self) -> bool:
         """Whether the server process ended by itself (not by a stop); sets :attr:`failure`."""
