@@ -16,7 +16,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -120,6 +122,59 @@ def test_1100_idle_connections_under_a_1024_descriptor_limit_take_nothing_down(s
             sock.close()
     assert process.poll() is None
     assert "Too many open files" not in (root / "serve.err").read_text()
+
+
+def test_sigterm_drains_six_streams_in_flight_then_stops(serve, target):
+    # The last use of the module's server: SIGTERM ends it.
+    process, ports, root = serve
+    prompts = prompt_texts(6, 120)
+    expected = [decode(target, greedy_reference(target, prompt, 120)) for prompt in prompts]
+    texts: list[str | None] = [None] * 6
+    first_tokens = threading.Barrier(7)
+
+    def stream(index: int) -> None:
+        pieces = []
+        with SpecClient(f"127.0.0.1:{ports['grpc']}") as client:
+            for number, event in enumerate(client.generate(prompts[index], max_tokens=120, temperature=0)):
+                pieces.append(event.text)
+                if number == 0:
+                    first_tokens.wait(timeout=60)
+        texts[index] = "".join(pieces)
+
+    threads = [threading.Thread(target=stream, args=(index,)) for index in range(6)]
+    for thread in threads:
+        thread.start()
+    first_tokens.wait(timeout=60)  # all six are streaming
+    signalled = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    not_ready_s = None
+    while not_ready_s is None and time.monotonic() - signalled < 5:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{ports['http']}/v2/health/ready", timeout=1)
+        except urllib.error.HTTPError:
+            not_ready_s = time.monotonic() - signalled
+        except OSError:
+            break
+        time.sleep(0.05)
+    refused = None
+    try:  # a new request while draining
+        with SpecClient(f"127.0.0.1:{ports['grpc']}") as client:
+            list(client.generate("def f():", max_tokens=4))
+    except Exception as exc:  # noqa: BLE001 - any refusal will do; it is printed
+        refused = f"{type(exc).__name__}: {str(exc)[:100]}"
+    for thread in threads:
+        thread.join(timeout=60)
+    streams_done_s = time.monotonic() - signalled
+    assert process.wait(timeout=25 + 5) == 0
+    exited_s = time.monotonic() - signalled
+    print(
+        f"SIGTERM with 6 streams in flight: not ready after {not_ready_s:.2f} s, a new request refused "
+        f"({refused}), the 6 streams done {streams_done_s:.1f} s and serve gone {exited_s:.1f} s after the signal"
+    )
+    assert texts == expected  # all six complete, each the target's greedy text
+    assert not_ready_s is not None and not_ready_s < 1.0
+    assert refused is not None
+    assert "draining" in (root / "serve.err").read_text()
 
 
 # --- nothing outlives serve ----------------------------------------------------------------------

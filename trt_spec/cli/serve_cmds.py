@@ -18,6 +18,7 @@ from trt_spec.cli.common import read_spec, spec_option
 from trt_spec.engines.versions import installed_versions
 from trt_spec.errors import ServerError
 from trt_spec.repository.configs import FLAVORS
+from trt_spec.runtime import tensors as T
 from trt_spec.serving.server import (
     DEFAULT_PORTS,
     RESTRICTABLE_APIS,
@@ -116,6 +117,14 @@ def _raise_stop(signum, frame) -> None:
     "Default: logs/tritonserver-<repo>-<date>-<time>-<pid>.log beside the repository.",
 )
 @click.option(
+    "--drain-timeout",
+    default=25.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="On SIGTERM or Ctrl-C, how long requests in flight may finish before the server stops; new ones are "
+    "refused and readiness says not ready at once (fits Kubernetes' default 30 s grace period). 0: no drain.",
+)
+@click.option(
     "--allow-client-apis",
     default="none",
     show_default=True,
@@ -138,6 +147,7 @@ def serve(
     openai_host: str | None,
     openai_model_name: str | None,
     log_file: str | None,
+    drain_timeout: float,
     allow_client_apis: str,
 ) -> None:
     """Run Triton on REPO until SIGTERM or Ctrl-C.
@@ -237,6 +247,7 @@ def serve(
                 client_apis=client_apis,
             ),
             openai,
+            drain_timeout_s=drain_timeout,
         )
     except _Stop:
         pass
@@ -284,18 +295,42 @@ class _OpenAIEndpoint:
     def __init__(self, repo: Path, model_name: str, host: str, port: int):
         self.repo, self.model_name, self.host, self.port = repo, model_name, host, port
 
-    def start(self, triton: TritonServer) -> OpenAIServer:
+    def start(self, triton: TritonServer, drain_timeout_s: float) -> OpenAIServer:
         from trt_spec.serving.openai import OpenAIServer, tokenizer_dir_of
 
         return OpenAIServer(
-            triton.grpc_url, tokenizer_dir_of(self.repo), self.model_name, host=self.host, port=self.port
+            triton.grpc_url,
+            tokenizer_dir_of(self.repo),
+            self.model_name,
+            host=self.host,
+            port=self.port,
+            drain_timeout_s=max(drain_timeout_s, 1.0),
         ).start()
 
 
-def _serve(server: TritonServer, openai: _OpenAIEndpoint | None = None) -> None:
+# The clients' entry points, unloaded first on a drain; the models they call stay until the stop.
+ENTRY_MODELS = (T.ENSEMBLE, T.BLS, T.TRTLLM_PREPROCESSING, T.TRTLLM_POSTPROCESSING)
+
+
+def _drain(server: TritonServer, endpoint: OpenAIServer | None, timeout_s: float) -> None:
+    """Refuse new requests at once (readiness off) and let those in flight finish, ``timeout_s`` at most."""
+    click.echo(f"draining: new requests are refused; those in flight have {timeout_s:g} s to finish", err=True)
+    sys.stderr.flush()
+    if endpoint is not None:
+        endpoint.begin_stop()
+    try:
+        busy = server.drain(ENTRY_MODELS, timeout_s)
+    except ServerError as exc:
+        click.echo(f"drain: {exc}; stopping", err=True)
+        return
+    if busy:
+        click.echo(f"drain: requests to {', '.join(busy)} still in flight after {timeout_s:g} s are cut", err=True)
+
+
+def _serve(server: TritonServer, openai: _OpenAIEndpoint | None = None, *, drain_timeout_s: float = 0.0) -> None:
     """Start ``server`` (and the OpenAI endpoint) under a :class:`Supervisor`, print the ready
-    line, and run until a signal (raises _Stop) or the end of supervision (the server exited,
-    or its models crashed in a loop)."""
+    line, and run until a signal (raises _Stop; requests in flight get ``drain_timeout_s`` to
+    finish) or the end of supervision (the server exited, or its models crashed in a loop)."""
     endpoint = supervisor = None
     _serving.append(server)
     try:
@@ -303,13 +338,18 @@ def _serve(server: TritonServer, openai: _OpenAIEndpoint | None = None) -> None:
         supervisor = Supervisor(server, on_event=_say).start()
         ready = f"ready grpc={server.grpc_url} http={server.http_url} metrics={server.metrics_url}"
         if openai is not None:
-            endpoint = openai.start(server)
+            endpoint = openai.start(server, drain_timeout_s)
             ready += f" openai={endpoint.url}"
         click.echo(ready)
         sys.stdout.flush()
         failure = supervisor.wait()
         # Only a failure gets here: a signal raises _Stop out of wait().
         raise ServerError(failure or f"supervision of tritonserver ended (log: {server.log_path})")
+    except _Stop:
+        if drain_timeout_s > 0 and supervisor is not None:  # the server was up
+            supervisor.stop(timeout_s=0)
+            _drain(server, endpoint, drain_timeout_s)
+        raise
     finally:
         if supervisor is not None:
             supervisor.stop(timeout_s=0)  # no recovery from now on; the server's stop ends its calls

@@ -984,10 +984,12 @@ class OpenAIServer:
         host: str = "127.0.0.1",
         port: int = 8080,
         ready_timeout_s: float = 60.0,
+        drain_timeout_s: float = 5.0,
     ):
         self.host = host
         self.port = port
         self.ready_timeout_s = ready_timeout_s
+        self.drain_timeout_s = drain_timeout_s  # how long a stop lets open requests finish
         self.app = create_app(grpc_url, tokenizer_dir, model_name)
         self._server: Any = None
         self._thread: Any = None
@@ -1028,7 +1030,12 @@ class OpenAIServer:
         # descriptors (serving/connections.py).
         protocol = uvicorn_protocol(connection_cap(raise_open_files_limit()))
         config = uvicorn.Config(
-            self.app, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="on", http=protocol
+            self.app,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=self.drain_timeout_s,
+            lifespan="on",
+            http=protocol,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
@@ -1045,9 +1052,14 @@ class OpenAIServer:
             time.sleep(0.02)
         return self
 
-    def stop(self, timeout_s: float = 10.0) -> None:
+    def begin_stop(self) -> None:
+        """Stop taking connections (the listener closes, idle connections too); requests under way
+        go on for up to ``drain_timeout_s``. :meth:`stop` waits for the end."""
         if self._server is not None:
             self._server.should_exit = True
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self.begin_stop()
         if self._thread is not None:
             self._thread.join(timeout=timeout_s)
             if self._thread.is_alive() and self._server is not None:

@@ -557,6 +557,22 @@ class TritonServer:
         body = self._post("/v2/repository/index", timeout_s=10)
         return {entry["name"]: entry.get("state", "") for entry in json.loads(body or b"[]")}
 
+    def drain(self, models: Iterable[str], timeout_s: float) -> list[str]:
+        """Unload ``models`` (the clients' entry points) and wait until Triton has unloaded them,
+        which it does once their requests in flight are done: new requests to them are refused at
+        once and readiness says not ready. Returns those still busy after ``timeout_s``."""
+        states = self.repository_index()
+        draining = [name for name in models if states.get(name) == "READY"]
+        for name in draining:
+            self.unload_model(name)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = self.repository_index()
+            busy = [name for name in draining if states.get(name) in ("READY", "UNLOADING")]
+            if not busy or time.monotonic() >= deadline:
+                return busy
+            time.sleep(0.2)
+
     def unload_model(self, name: str) -> None:
         """Unload ``name``: from now on its requests are refused at once and readiness says
         not ready. Triton unloads in the background once its in-flight requests are done."""
