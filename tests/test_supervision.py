@@ -168,8 +168,23 @@ def test_a_crash_loop_ends_supervision_with_the_reason():
     supervisor.recoveries = [Recovery(T.TARGET, "reload", time.monotonic(), 1.0) for _ in range(2)]
     supervisor.start()
     del server.stubs_now[100]
-    assert "died 3 times within 60 s" in supervisor.wait()
+    assert "died 3 times in a row, each within 60 s of being brought back" in supervisor.wait()
     assert not supervisor.running and server.calls == []
+
+
+def test_deaths_spaced_out_are_always_recovered():
+    # A kill, an OOM or a hang now and then is not a crash loop: only deaths soon after a recovery count.
+    server = _fake(T.TARGET)
+    supervisor = Supervisor(server, interval_s=0.02, max_recoveries=2, window_s=60)
+    long_ago = time.monotonic() - 3600
+    supervisor.recoveries = [Recovery(T.TARGET, "reload", long_ago + 120 * i, 1.0) for i in range(10)]
+    supervisor.start()
+    try:
+        del server.stubs_now[100]
+        _until(lambda: len(supervisor.recoveries) == 11)
+        assert supervisor.running and server.calls == [f"unload {T.TARGET}", f"load {T.TARGET}"]
+    finally:
+        supervisor.stop()
 
 
 # --- the real server: kill -9 a model's process under load ---------------------------------------

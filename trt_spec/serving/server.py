@@ -730,9 +730,10 @@ class Supervisor:
       requests waiting forever (measured), so the whole server is restarted on the same ports;
       open connections are closed, which their clients see as an error.
 
-    A model that cannot be reloaded gets a restart too. A death after ``max_recoveries``
-    recoveries within ``window_s`` seconds is a crash loop: supervision gives up and
-    :meth:`wait` returns why.
+    A model that cannot be reloaded gets a restart too. A model that cannot stay up is a crash
+    loop: when it dies within ``window_s`` seconds of being brought back for the
+    ``max_recoveries`` + 1-th time in a row, supervision gives up and :meth:`wait` returns why.
+    Deaths further apart (a kill, an OOM, a hang now and then) are always recovered.
     ``on_event`` receives one line per event (``serve`` prints them).
     """
 
@@ -740,7 +741,7 @@ class Supervisor:
     on_event: Callable[[str], None] = lambda message: None
     interval_s: float = 0.5
     max_recoveries: int = 5
-    window_s: float = 600.0
+    window_s: float = 60.0
     recoveries: list[Recovery] = field(default_factory=list, init=False)
     failure: str | None = field(default=None, init=False)
     _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
@@ -895,10 +896,18 @@ class Supervisor:
         return failed
 
     def _check_crash_loop(self, now: float, models: list[str]) -> None:
-        """Raises ServerError when the recoveries in the last ``window_s`` reach ``max_recoveries``."""
-        recent = [r for r in self.recoveries if now - r.detected_at < self.window_s]
-        if len(recent) >= self.max_recoveries:
-            raise ServerError(
-                f"model {', '.join(models)}: a model process died {len(recent) + 1} times within "
-                f"{self.window_s:.0f} s; not recovering again (a crash loop: see the server log {self.server.log_path})"
-            )
+        """Raises ServerError when one of ``models``, dying at ``now``, has died within ``window_s``
+        of each of its last ``max_recoveries`` recoveries (deaths in a row, each soon after the last)."""
+        for model in models:
+            deaths, quick = [now], 0
+            for recovery in reversed([r for r in self.recoveries if r.model == model]):
+                if deaths[-1] - (recovery.detected_at + recovery.seconds) >= self.window_s:
+                    break
+                quick += 1
+                deaths.append(recovery.detected_at)
+            if quick >= self.max_recoveries:
+                raise ServerError(
+                    f"model {model}: its process died {quick + 1} times in a row, each within {self.window_s:.0f} s "
+                    f"of being brought back; not recovering again (a crash loop: see the server log "
+                    f"{self.server.log_path})"
+                )
