@@ -67,21 +67,18 @@ def test_a_flood_of_32_streams_each_equals_its_lone_run(server, target):
     assert differ == [], f"{len(differ)}/32 streams differ from their lone run"
 
 
-def test_an_8_mb_prompt_is_refused_at_once_and_delays_nobody(server, target):
+def _refusal_beside_a_greedy_request(server, target, hostile: list) -> tuple[float, str, float, float]:
+    """Send the ``hostile`` inputs to the ensemble beside a greedy request, 5 times interleaved with
+    the greedy request alone: (fastest refusal s, its message, median beside s, median alone s)."""
     prompt = prompt_texts(1, 200)[0]
     expected = decode(target, greedy_reference(target, prompt, NEW_TOKENS))
-    huge = ("x = 1\n" * (8 * 1024 * 1024 // 6)).encode()
     client = grpcclient.InferenceServerClient(server.grpc_url)
     answers: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: answers.put((error, time.perf_counter())))
 
-    def send_huge() -> tuple[float, str]:
-        inputs = [
-            _input("text_input", np.array([[huge]], dtype=object)),
-            _input("max_tokens", np.array([[8]], dtype=np.int32)),
-        ]
+    def send_hostile() -> tuple[float, str]:
         begun = time.perf_counter()
-        client.async_stream_infer("ensemble", inputs)
+        client.async_stream_infer("ensemble", hostile)
         error, answered = answers.get(timeout=60)
         return answered - begun, "" if error is None else error.message()
 
@@ -95,22 +92,50 @@ def test_an_8_mb_prompt_is_refused_at_once_and_delays_nobody(server, target):
     for _ in range(5):  # interleaved: a drift of the shared machine hits both alike
         alone.append(timed())
         with ThreadPoolExecutor(1) as pool:
-            refused = pool.submit(send_huge)
+            refused = pool.submit(send_hostile)
             beside.append(timed())
             refusals.append(refused.result())
     client.stop_stream()
     client.close()
     seconds, message = min(refusals)
+    return seconds, message, sorted(beside)[2], sorted(alone)[2]
+
+
+def test_an_8_mb_prompt_is_refused_at_once_and_delays_nobody(server, target):
+    huge = ("x = 1\n" * (8 * 1024 * 1024 // 6)).encode()
+    hostile = [
+        _input("text_input", np.array([[huge]], dtype=object)),
+        _input("max_tokens", np.array([[8]], dtype=np.int32)),
+    ]
+    seconds, message, beside_s, alone_s = _refusal_beside_a_greedy_request(server, target, hostile)
     assert "text_input is" in message and "bytes" in message and "shorten the prompt" in message, message
-    alone_s, beside_s = sorted(alone)[2], sorted(beside)[2]  # medians
     print(
         f"8 MB prompt refused in {seconds * 1000:.0f} ms (client side, the transfer included); a greedy request "
         f"beside it {beside_s:.3f} s, alone {alone_s:.3f} s (medians of 5)"
     )
-    assert seconds < 0.1, refusals  # the issue's figure: refused in under 100 ms
+    assert seconds < 0.1  # the issue's figure: refused in under 100 ms
     # What is left is the 8 MB's own copy through gRPC and Triton competing for 2 cores (16-60 ms
     # measured across runs); queueing behind its tokenization cost 25 s before admission refused it.
-    assert beside_s - alone_s < 0.1, (alone, beside)
+    assert beside_s - alone_s < 0.1
+
+
+def test_100000_bad_words_are_refused_at_once_and_delay_nobody(server, target):
+    words = np.array([[f"w{i}".encode() for i in range(100_000)]], dtype=object)
+    hostile = [
+        _input("text_input", np.array([[b"def f():"]], dtype=object)),
+        _input("max_tokens", np.array([[8]], dtype=np.int32)),
+        _input("bad_words", words),
+    ]
+    seconds, message, beside_s, alone_s = _refusal_beside_a_greedy_request(server, target, hostile)
+    assert "bad_words has 100000 entries; at most 256" in message, message
+    print(
+        f"100,000 bad words refused in {seconds * 1000:.0f} ms; a greedy request beside them {beside_s:.3f} s, "
+        f"alone {alone_s:.3f} s (medians of 5; before the bound: 7.2 s, and 5-7 s for everyone else)"
+    )
+    # 53 ms and +59 ms measured on the 2-core VM, most of it the 100,000 strings' (de)serialization
+    # in the client, Triton and the stub; the bounds leave room for a busy CI machine.
+    assert seconds < 0.25
+    assert beside_s - alone_s < 0.15
 
 
 def test_cancelling_a_non_streaming_request_stops_it(server):
