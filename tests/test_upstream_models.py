@@ -265,6 +265,36 @@ def test_postprocessing_decodes_each_sequence_to_its_length(server, target):
     client.close()
 
 
+# --- end_to_end_grpc_client.py, on the ensemble and on tensorrt_llm_bls (its --model-name) --------
+
+
+@pytest.mark.parametrize("model", [T.ENSEMBLE, T.BLS])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_the_end_to_end_client_on_either_model_name(server, target, prompts, model, streaming):
+    # Its prepare_inputs with its defaults: beam_width 1, temperature 1.0 (greedy without top-k or
+    # top-p), exclude_input_in_output false, streaming as flagged; start_stream + async_stream_infer.
+    prompt = prompts[1]
+    inputs = {
+        "text_input": np.array([[prompt]]).astype(object),
+        "max_tokens": np.ones_like([[prompt]]).astype(np.int32) * OUTPUT_LEN,
+        "stream": np.array([[streaming]], dtype=bool),
+        "beam_width": np.array([[1]], dtype=np.int32),
+        "temperature": np.array([[1.0]], dtype=np.float32),
+        "exclude_input_in_output": np.array([[False]], dtype=bool),
+    }
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    answers: list = []
+    client.start_stream(callback=lambda result, error: answers.append((result, error)))
+    client.async_stream_infer(model, [prepare_tensor(name, array) for name, array in inputs.items()])
+    client.stop_stream()
+    client.close()
+    assert [error for _, error in answers if error is not None] == []
+    text = "".join(result.as_numpy("text_output")[0].decode() for result, _ in answers)
+    completion = decode(target, greedy_reference(target, prompt, OUTPUT_LEN))
+    # Not streaming: the prompt and the completion (exclude_input_in_output false); streaming: new text only.
+    assert text == (completion if streaming else prompt + completion)
+
+
 # --- the draft-target recipe's BLS request ---------------------------------------------------------
 
 
