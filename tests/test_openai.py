@@ -6,6 +6,7 @@ One Triton server and one endpoint for the module."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import re
 import shutil
@@ -360,18 +361,43 @@ def test_unsupported_or_bad_parameters_are_refused_in_openai_shape(client, optio
     assert text in error["message"]
 
 
-def test_100000_stop_strings_are_refused_at_once(endpoint):
+def test_100000_stop_strings_are_refused_at_once_and_delay_nobody(endpoint, client, target, prompts):
     body = json.dumps({"model": MODEL, "prompt": "x = 1\n", "max_tokens": 4, "stop": [f"s{i}" for i in range(100_000)]})
     request = urllib.request.Request(f"{endpoint.url}/completions", body.encode(), {"Content-Type": "application/json"})
-    started = time.perf_counter()
-    with pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(request, timeout=60)
-    seconds = time.perf_counter() - started
-    error = json.loads(caught.value.read())["error"]
-    assert caught.value.code == 400 and error["param"] == "stop" and "at most 32" in error["message"]
-    assert len(error["message"]) < 300  # the list is not echoed back
-    print(f"100,000 stop strings refused in {seconds * 1000:.0f} ms")
-    assert seconds < 0.5
+
+    def refuse() -> float:
+        started = time.perf_counter()
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=60)
+        seconds = time.perf_counter() - started
+        error = json.loads(caught.value.read())["error"]
+        assert caught.value.code == 400 and error["param"] == "stop" and "at most 32" in error["message"]
+        assert len(error["message"]) < 300  # the list is not echoed back
+        return seconds
+
+    expected = decode(target, greedy_reference(target, prompts[5], 64))
+
+    def neighbour() -> float:
+        started = time.perf_counter()
+        response = client.completions.create(model=MODEL, prompt=prompts[5], max_tokens=64, temperature=0)
+        assert response.choices[0].text == expected
+        return time.perf_counter() - started
+
+    neighbour()  # warm
+    alone, beside, refusals = [], [], []
+    for _ in range(5):  # interleaved
+        alone.append(neighbour())
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            refused = pool.submit(refuse)
+            beside.append(neighbour())
+            refusals.append(refused.result())
+    alone_s, beside_s = sorted(alone)[2], sorted(beside)[2]
+    print(
+        f"100,000 stop strings refused in {min(refusals) * 1000:.0f} ms (the 1.3 MB body's upload and parse "
+        f"included); a greedy request beside them {beside_s:.3f} s, alone {alone_s:.3f} s (medians of 5)"
+    )
+    assert min(refusals) < 0.5
+    assert beside_s - alone_s < 0.15  # room for a busy CI machine; the figure is printed
 
 
 @pytest.mark.parametrize("where", ["prompt", "stop", "messages"])

@@ -124,6 +124,27 @@ def test_1100_idle_connections_under_a_1024_descriptor_limit_take_nothing_down(s
     assert "Too many open files" not in (root / "serve.err").read_text()
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model": "m", "prompt": "a\\ud800", "max_tokens": 4}',  # a lone surrogate, as JSON escapes it
+        b'{"model": "m", "prompt": "x", "max_tokens": 4294967304}',  # 2^32 + 8
+        b'{"model": "m", "prompt": "x", "max_tokens": 100000000000000000000}',  # 10^20
+    ],
+)
+def test_bad_values_are_one_400_and_nothing_on_stderr(serve, raw):
+    process, ports, root = serve
+    before = (root / "serve.err").read_text()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{ports['openai']}/v1/completions", raw, {"Content-Type": "application/json"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=30)
+    assert caught.value.code == 400
+    assert json.loads(caught.value.read())["error"]["type"] == "invalid_request_error"
+    assert (root / "serve.err").read_text() == before  # no traceback, no log line
+
+
 def test_sigterm_drains_six_streams_in_flight_then_stops(serve, target):
     # The last use of the module's server: SIGTERM ends it.
     process, ports, root = serve
