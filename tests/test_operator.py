@@ -124,6 +124,54 @@ def test_1100_idle_connections_under_a_1024_descriptor_limit_take_nothing_down(s
     assert "Too many open files" not in (root / "serve.err").read_text()
 
 
+def test_the_openai_endpoint_answers_within_a_second_of_a_server_restart(serve, target):
+    # Killing the loop's stub makes the supervisor restart Triton (a decoupled model); the
+    # endpoint's gRPC channel must come back with it.
+    process, ports, root = serve
+    prompt = prompt_texts(1, 120)[0]
+    expected = decode(target, greedy_reference(target, prompt, NEW_TOKENS))
+    [loop] = [pid for pid in _descendants(process.pid) if _model_of(pid) == T.LOOP]
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports['http']}/v2/health/ready", timeout=1):
+                return True
+        except OSError:  # a 400 while loading, nothing while restarting
+            return False
+
+    killed = time.monotonic()
+    os.kill(loop, signal.SIGKILL)
+    while ready() and time.monotonic() - killed < 30:  # until the supervisor takes the server down
+        time.sleep(0.02)
+    while not ready() and time.monotonic() - killed < 120:
+        time.sleep(0.05)
+    ready_at, answered_at = time.monotonic(), None
+    while answered_at is None and time.monotonic() - ready_at < 30:
+        try:
+            assert _completion(ports["openai"], prompt) == expected
+            answered_at = time.monotonic()
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 503, exc.read()  # Triton not reachable yet
+            time.sleep(0.05)
+    assert answered_at is not None, (root / "serve.err").read_text()
+    print(
+        f"loop killed: Triton ready again {ready_at - killed:.1f} s later, the OpenAI endpoint answered "
+        f"{answered_at - ready_at:.2f} s after that"
+    )
+    assert answered_at - ready_at < 1.5
+
+
+def _model_of(pid: int) -> str:
+    """The model a python-backend stub serves (argv[1] is <repo>/<model>/<version>/model.py), or ""."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return ""
+    if len(argv) > 1 and argv[0].endswith(b"triton_python_backend_stub"):
+        return Path(argv[1].decode()).parent.parent.name
+    return ""
+
+
 @pytest.mark.parametrize(
     "raw",
     [
