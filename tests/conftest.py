@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import trt_spec.errors  # noqa: F401  (import early: fail fast if the package is broken)
+from trt_spec.runtime import tensors as T
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -112,6 +113,37 @@ def http_status(url: str, *, method: str = "GET", headers: dict[str, str] | None
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code
+
+
+def port_free(port: int) -> bool:
+    """Nothing listens on ``port`` (connections in TIME_WAIT do not count, as for any server)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+# The demo repository's two quick python models: a server with only these is ready in seconds.
+QUICK_MODELS = (T.PREPROCESSING, T.POSTPROCESSING)
+
+
+def quick_repository(root: Path) -> Path:
+    """The demo repository with only :data:`QUICK_MODELS` (no engines), written under ``root``."""
+    import shutil
+
+    from trt_spec.repository.writer import write_repository
+    from trt_spec.spec import load_spec
+
+    repo = write_repository(load_spec(EXAMPLES / "pystdlib-demo.yaml"), root / "repo", "torch").path
+    for model in T.MODEL_NAMES:
+        if model not in QUICK_MODELS:
+            shutil.rmtree(repo / model)
+    return repo
 
 
 def broken_repo(root: Path) -> Path:

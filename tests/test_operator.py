@@ -11,7 +11,6 @@ import importlib.util
 import json
 import os
 import resource
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,14 +22,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, decode, greedy_reference
+from conftest import EXAMPLES, QUICK_MODELS, decode, greedy_reference, port_free, quick_repository
 
 from trt_spec.bench.prompts import prompt_texts
 from trt_spec.client import SpecClient
 from trt_spec.repository.writer import write_repository
 from trt_spec.runtime import tensors as T
 from trt_spec.serving.connections import RESERVED_DESCRIPTORS, connection_cap
-from trt_spec.serving.server import free_port
+from trt_spec.serving.server import _process_state, _process_table, free_port, python_stubs
 from trt_spec.spec import load_spec
 
 pytestmark = pytest.mark.skipif(
@@ -130,7 +129,7 @@ def test_the_openai_endpoint_answers_within_a_second_of_a_server_restart(serve, 
     process, ports, root = serve
     prompt = prompt_texts(1, 120)[0]
     expected = decode(target, greedy_reference(target, prompt, NEW_TOKENS))
-    [loop] = [pid for pid in _descendants(process.pid) if _model_of(pid) == T.LOOP]
+    [loop] = [stub.pid for stub in python_stubs(process.pid).values() if stub.model == T.LOOP]
 
     def ready() -> bool:
         try:
@@ -159,17 +158,6 @@ def test_the_openai_endpoint_answers_within_a_second_of_a_server_restart(serve, 
         f"{answered_at - ready_at:.2f} s after that"
     )
     assert answered_at - ready_at < 1.5
-
-
-def _model_of(pid: int) -> str:
-    """The model a python-backend stub serves (argv[1] is <repo>/<model>/<version>/model.py), or ""."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return ""
-    if len(argv) > 1 and argv[0].endswith(b"triton_python_backend_stub"):
-        return Path(argv[1].decode()).parent.parent.name
-    return ""
 
 
 @pytest.mark.parametrize(
@@ -248,17 +236,10 @@ def test_sigterm_drains_six_streams_in_flight_then_stops(serve, target):
 
 # --- nothing outlives serve ----------------------------------------------------------------------
 
-QUICK = (T.PREPROCESSING, T.POSTPROCESSING)  # two python models: a server ready in seconds
-
 
 @pytest.fixture(scope="module")
 def quick_repo(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("operator_quick")
-    repo = write_repository(load_spec(EXAMPLES / "pystdlib-demo.yaml"), root / "repo", "torch").path
-    for model in T.MODEL_NAMES:
-        if model not in QUICK:
-            shutil.rmtree(repo / model)
-    return repo
+    return quick_repository(tmp_path_factory.mktemp("operator_quick"))
 
 
 def _start(repo: Path, ports: dict[str, int], **popen) -> subprocess.Popen:
@@ -271,15 +252,7 @@ def _start(repo: Path, ports: dict[str, int], **popen) -> subprocess.Popen:
 
 
 def _descendants(pid: int) -> set[int]:
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] not in "ZX":
-                parents[int(entry.name)] = int(fields[1])
+    parents = {child: parent for child, (parent, state) in _process_table().items() if state not in "ZX"}
     found, frontier = set(), {pid}
     while frontier:
         frontier = {child for child, parent in parents.items() if parent in frontier} - found
@@ -288,38 +261,7 @@ def _descendants(pid: int) -> set[int]:
 
 
 def _alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state not in "ZX":
-            alive.add(pid)
-    return alive
-
-
-def _our_regions(pids: set[int]) -> set[str]:
-    """The /dev/shm regions named on the stubs' command lines (argv[2])."""
-    regions = set()
-    for pid in pids:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if len(argv) > 2 and argv[0].endswith(b"triton_python_backend_stub"):
-            regions.add(argv[2].decode())
-    return regions
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    return {pid for pid in pids if _process_state(pid) not in ("", "Z", "X")}
 
 
 def _assert_nothing_left(tree: set[int], regions: set[str], ports: dict[str, int], within_s: float = 5.0):
@@ -329,7 +271,7 @@ def _assert_nothing_left(tree: set[int], regions: set[str], ports: dict[str, int
     gone_s = within_s - (deadline - time.monotonic())
     assert not _alive(tree), f"left running: {sorted(_alive(tree))}"
     assert regions and not {p.name for p in Path("/dev/shm").iterdir()} & regions
-    assert all(_port_free(port) for port in ports.values())
+    assert all(port_free(port) for port in ports.values())
     return gone_s
 
 
@@ -337,8 +279,8 @@ def test_sigkill_of_serve_leaves_no_process_shared_memory_or_port(quick_repo):
     ports = {name: free_port() for name in ("http", "grpc", "metrics")}
     process = _start(quick_repo, ports)
     tree = _descendants(process.pid)
-    regions = _our_regions(tree)
-    assert len(regions) == len(QUICK)
+    regions = {stub.region for stub in python_stubs(process.pid).values()}
+    assert len(regions) == len(QUICK_MODELS)
     process.kill()  # as the OOM killer would
     process.wait()
     gone_s = _assert_nothing_left(tree, regions, ports)
@@ -349,7 +291,7 @@ def test_a_second_sigterm_during_the_stop_is_a_bounded_hard_stop(quick_repo):
     ports = {name: free_port() for name in ("http", "grpc", "metrics")}
     process = _start(quick_repo, ports)
     tree = _descendants(process.pid)
-    regions = _our_regions(tree)
+    regions = {stub.region for stub in python_stubs(process.pid).values()}
     started = time.monotonic()
     process.send_signal(signal.SIGTERM)
     time.sleep(0.3)  # the first stop is under way

@@ -17,13 +17,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import EXAMPLES, broken_repo, http_status, stub_alive
+from conftest import QUICK_MODELS, broken_repo, http_status, quick_repository, stub_alive
 
 from trt_spec.cli import main
 from trt_spec.cli.serve_cmds import default_log_file
 from trt_spec.errors import ServerError
-from trt_spec.repository.writer import write_repository
-from trt_spec.runtime import tensors as T
 from trt_spec.serving.server import (
     ADMIN_HEADER,
     RESTRICTABLE_APIS,
@@ -34,10 +32,9 @@ from trt_spec.serving.server import (
     restriction_args,
     server_command,
 )
-from trt_spec.spec import load_spec
 
 TRT_SPEC = str(Path(sys.executable).parent / "trt-spec")  # the installed console script
-QUICK = (T.PREPROCESSING, T.POSTPROCESSING)
+QUICK = QUICK_MODELS
 needs_triton = pytest.mark.skipif(
     importlib.util.find_spec("pytriton") is None, reason="the CPU Triton server comes with nvidia-pytriton"
 )
@@ -66,12 +63,7 @@ def test_restriction_args_use_tritons_format():
 @pytest.fixture(scope="module")
 def quick_repo(tmp_path_factory) -> Path:
     """The demo repository with only the two quick python models (no engines: loads in seconds)."""
-    root = tmp_path_factory.mktemp("hardening")
-    repo = write_repository(load_spec(EXAMPLES / "pystdlib-demo.yaml"), root / "repo", "torch").path
-    for model in T.MODEL_NAMES:
-        if model not in QUICK:
-            shutil.rmtree(repo / model)
-    return repo
+    return quick_repository(tmp_path_factory.mktemp("hardening"))
 
 
 @needs_triton

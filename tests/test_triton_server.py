@@ -7,7 +7,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import broken_repo
+from conftest import broken_repo, port_free
 
 from trt_spec.repository.writer import write_repository
 from trt_spec.runtime import tensors as T
@@ -133,17 +132,6 @@ def test_streamed_detokenization_on_the_real_server(server, tokenizer):
     assert "" in deltas  # some responses held back half a character
 
 
-def _port_free(port: int) -> bool:
-    """Nothing listens on ``port`` (connections in TIME_WAIT do not count, as for any server)."""
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _processes_serving(repo: Path, grpc_port: int | None = None) -> list[int]:
     """tritonserver processes on ``repo`` (and ``grpc_port``), found by their command line."""
     pids = []
@@ -194,7 +182,7 @@ def test_serve_reports_ready_and_stops_on_sigterm(repo):
     while _processes_serving(repo, ports["grpc"]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _processes_serving(repo, ports["grpc"]) == []
-    assert all(_port_free(port) for port in ports.values())
+    assert all(port_free(port) for port in ports.values())
 
 
 def test_serve_reports_a_failed_load(tmp_path):

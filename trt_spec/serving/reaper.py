@@ -28,16 +28,16 @@ from pathlib import Path
 POLL_S = 0.1  # how often the parent is checked: an orphaned server is gone within about this
 
 
-def _group_members() -> list[int]:
-    """The other live processes of this process group."""
-    group, me, members = os.getpgrp(), os.getpid(), []
+def group_members(pgid: int) -> list[int]:
+    """The live processes (zombies aside) of process group ``pgid``, this one excepted."""
+    me, members = os.getpid(), []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != me:
             try:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except (OSError, IndexError):
                 continue
-            if int(fields[2]) == group and fields[0] not in "ZX":
+            if int(fields[2]) == pgid and fields[0] not in "ZX":
                 members.append(int(entry.name))
     return members
 
@@ -46,7 +46,7 @@ def _take_down(shm_prefix: str, workdir: str) -> None:
     """SIGKILL every other process of the group, wait (5 s at most) until they are gone, then
     remove what the server leaves behind."""
     deadline = time.monotonic() + 5.0
-    while (members := _group_members()) and time.monotonic() < deadline:
+    while (members := group_members(os.getpgrp())) and time.monotonic() < deadline:
         for pid in members:
             try:
                 os.kill(pid, signal.SIGKILL)

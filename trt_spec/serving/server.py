@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trt_spec.errors import ServerError
+from trt_spec.serving.reaper import group_members
 from trt_spec.serving.trtllm import EngineModel, engine_models, orchestrator_command
 
 SHM_GLOB = "triton_python_backend_shm_region_*"
@@ -630,18 +631,7 @@ def _wait_group_gone(pgid: int, *, timeout_s: float) -> None:
     """Wait until no live process (zombies aside) is left in process group ``pgid``: a SIGKILLed
     stub takes a moment to exit, and a stop should leave none behind when it returns."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        members = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                if int(fields[2]) == pgid and fields[0] not in "ZX":
-                    members.append(entry.name)
-        if not members:
-            return
+    while group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
