@@ -9,7 +9,7 @@ lm-eval runs from its own installation (``--lm-eval``; it needs ``transformers``
 tokenizer, not torch). Usage, with ``trt-spec serve --repo model_repo --openai-port 8080`` running:
 
     python scripts/lm_eval_greedy.py --spec examples/pystdlib-demo.yaml \\
-        --base-url http://127.0.0.1:8080/v1 --model pystdlib-demo --lm-eval /path/to/venv/bin/lm_eval
+        --base-url http://127.0.0.1:8080/v1 --model model_repo --lm-eval /path/to/venv/bin/lm_eval
 """
 
 from __future__ import annotations
