@@ -279,8 +279,9 @@ def test_sigkill_of_serve_leaves_no_process_shared_memory_or_port(quick_repo):
     ports = {name: free_port() for name in ("http", "grpc", "metrics")}
     process = _start(quick_repo, ports)
     tree = _descendants(process.pid)
-    regions = {stub.region for stub in python_stubs(process.pid).values()}
-    assert len(regions) == len(QUICK_MODELS)
+    stubs = python_stubs(process.pid)
+    regions = {stub.region for stub in stubs.values()}
+    assert {stub.model for stub in stubs.values()} == set(QUICK_MODELS) and len(regions) == len(stubs)
     process.kill()  # as the OOM killer would
     process.wait()
     gone_s = _assert_nothing_left(tree, regions, ports)

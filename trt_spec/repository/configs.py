@@ -340,6 +340,13 @@ def _python_model(
 # --- the models -------------------------------------------------------------------------------------
 
 
+# Two tokenizer processes, so one request's inputs are never a queue for everyone else's: the
+# python backend turns a BYTES input into Python objects one string at a time in the stub before
+# the model sees it (triton_python_backend_utils.deserialize_bytes_tensor), ~50 ms for 100,000 bad
+# words, and a lone instance held every other prompt behind that (README, "Bounded inputs").
+PREPROCESSING_INSTANCES = 2
+
+
 def preprocessing_config(settings: RepositorySettings) -> ModelConfig:
     return _python_model(
         T.PREPROCESSING,
@@ -357,6 +364,7 @@ def preprocessing_config(settings: RepositorySettings) -> ModelConfig:
             exclude_input_in_output=EXCLUDE_INPUT_IN_OUTPUT,
             draft_logits=uses_draft_logits(settings),
         ),
+        instances=PREPROCESSING_INSTANCES,
     )
 
 
