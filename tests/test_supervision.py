@@ -62,6 +62,9 @@ class FakeServer:
     def is_decoupled(self, name: str) -> bool:
         return name in self.decoupled
 
+    def model_progress(self) -> dict[str, tuple[float, float]]:
+        return {}  # nothing ever waits: the hang check is tested on the real server
+
     def unload_model(self, name: str) -> None:
         self.calls.append(f"unload {name}")
 
@@ -310,7 +313,7 @@ def test_a_killed_model_process_comes_back_under_load(supervised, model, errors_
     done = len(supervisor.recoveries)
     with Load(server) as load:
         _until(lambda: len(load.successes_after(0)) >= 2, timeout_s=30)
-        [victim] = [stub for stub in server.stubs().values() if stub.model == model]
+        victim = next(stub for stub in server.stubs().values() if stub.model == model)
         killed = time.monotonic()
         os.kill(victim.pid, signal.SIGKILL)
         _until(lambda: len(supervisor.recoveries) > done, timeout_s=wait + 30)
@@ -378,6 +381,113 @@ def test_a_stopped_engine_process_is_killed_and_recovered_under_load(supervised,
     assert served_again - stopped < 30 + (RESTART_LIMIT_S if recovery.action == "restart" else 0)
     assert readiness(server) == 200
     assert generate_text(server) == before
+
+
+# --- a model that hangs without dying (a deadlock), on a server of its own ------------------------
+
+# Waits forever (a deadlock) when sent WORK = -1, burns CPU for WORK seconds when sent a positive
+# number (a long execution, which is not a hang), answers at once when sent 0.
+HANGING_MODEL = """
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            work = float(pb_utils.get_input_tensor_by_name(request, "WORK").as_numpy().reshape(-1)[0])
+            if work < 0:
+                threading.Event().wait()
+            end = time.monotonic() + work
+            while time.monotonic() < end:
+                pass
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("DONE", np.array([work], np.float32))]))
+        return responses
+"""
+HANGING_CONFIG = """
+name: "hanging"
+backend: "python"
+max_batch_size: 0
+input [{ name: "WORK", data_type: TYPE_FP32, dims: [1] }]
+output [{ name: "DONE", data_type: TYPE_FP32, dims: [1] }]
+instance_group [{ count: 1, kind: KIND_CPU }]
+"""
+
+
+@pytest.fixture
+def hanging(tmp_path):
+    model = tmp_path / "repo" / "hanging"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text(HANGING_MODEL)
+    (model / "config.pbtxt").write_text(HANGING_CONFIG)
+    server = TritonServer(tmp_path / "repo", ready_timeout_s=120, log_file=tmp_path / "triton.log").start()
+    events: list[str] = []
+    supervisor = Supervisor(server, on_event=events.append).start()
+    try:
+        yield server, supervisor, events
+    finally:
+        supervisor.stop(timeout_s=0)
+        server.stop()
+
+
+def _work(server: TritonServer, seconds: float, results: list) -> threading.Thread:
+    """Send WORK = ``seconds`` to the hanging model in a thread; its outcome is appended to ``results``."""
+    import numpy as np
+    import tritonclient.http as httpclient
+
+    def send() -> None:
+        client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+        tensor = httpclient.InferInput("WORK", [1], "FP32")
+        tensor.set_data_from_numpy(np.array([seconds], np.float32))
+        try:
+            results.append(float(client.infer("hanging", [tensor]).as_numpy("DONE")[0]))
+        except Exception as exc:  # noqa: BLE001 - the test reads the error
+            results.append(str(exc))
+        finally:
+            client.close()
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+@needs_triton
+def test_a_hung_model_is_killed_and_recovered_and_a_long_execution_is_not(hanging):
+    server, supervisor, events = hanging
+    # A long execution with requests waiting is not a hang: it burns CPU.
+    busy: list = []
+    threads = [_work(server, 8.0, busy), _work(server, 0.0, busy)]
+    for thread in threads:
+        thread.join(60)
+    assert sorted(busy) == [0.0, 8.0], busy
+    assert not supervisor.recoveries, events
+
+    stuck: list = []
+    _work(server, -1.0, stuck)  # deadlocked in execute from now on
+    time.sleep(1.0)
+    assert readiness(server) == 200  # Triton cannot tell: its process is alive
+    waiting = time.monotonic()
+    _work(server, 0.0, stuck)  # queued behind it
+    _until(lambda: readiness(server) != 200, timeout_s=supervisor.hung_s + 10)
+    not_ready = time.monotonic() - waiting
+    _until(lambda: bool(supervisor.recoveries), timeout_s=RELOAD_TIMEOUT_S + RESTART_LIMIT_S)
+    _until(lambda: readiness(server) == 200, timeout_s=30)
+    served: list = []
+    _work(server, 0.0, served).join(30)
+    serving = time.monotonic() - waiting
+    print(
+        f"\nhung model: not ready {not_ready:.1f} s after a request queued behind the hang, "
+        f"{supervisor.recoveries[0].action} took {supervisor.recoveries[0].seconds:.1f} s, serving {serving:.1f} s after"
+    )
+    assert served == [0.0]
+    assert any("taking it for hung" in event for event in events), events
+    assert not_ready < supervisor.hung_s + 2
+    _until(lambda: len(stuck) == 2, timeout_s=30)  # both requests got an error, neither hangs on
+    assert all(isinstance(outcome, str) for outcome in stuck), stuck
 
 
 # --- hardened defaults and a bounded stop, on the same server ------------------------------------

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -73,6 +74,18 @@ RESTART_KILL_S = 1.0  # a restart does not drain: the requests in flight fail an
 RELOAD_TIMEOUT_S = 30.0
 # A stub stopped this long (SIGSTOP, a debugger) is killed and recovered as a dead one.
 STOPPED_STUB_S = 1.0
+# A model with requests waiting whose processes finish no execution and use no CPU for this long is
+# taken for hung (a deadlock, a wait that never ends), killed and recovered as a dead one.
+HUNG_MODEL_S = 5.0
+# "No CPU": under this share of one core (a hung process's own housekeeping threads stay below it;
+# an execution, even on a crowded machine, uses far more).
+HUNG_CPU_SHARE = 0.05
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# Triton's per-model counters (its metrics port) that the hang check reads: requests queued for an
+# instance, and executions and failures, whose growth is progress.
+_PENDING = "nv_inference_pending_request_count"
+_PROGRESS = ("nv_inference_exec_count", "nv_inference_request_failure")
+_MODEL_METRIC = re.compile(r'^(?P<name>[a-z_]+)\{[^}]*\bmodel="(?P<model>[^"]+)"[^}]*\} (?P<value>\S+)$', re.M)
 
 
 @dataclass(frozen=True)
@@ -558,6 +571,19 @@ class TritonServer:
         body = self._post("/v2/repository/index", timeout_s=10)
         return {entry["name"]: entry.get("state", "") for entry in json.loads(body or b"[]")}
 
+    def model_progress(self) -> dict[str, tuple[float, float]]:
+        """Each model's (requests waiting for an instance, executions + failures so far) from
+        Triton's metrics port."""
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
+            text = response.read().decode()
+        progress: dict[str, tuple[float, float]] = {}
+        for match in _MODEL_METRIC.finditer(text):
+            name, model, value = match["name"], match["model"], float(match["value"])
+            if name == _PENDING or name in _PROGRESS:
+                pending, done = progress.get(model, (0.0, 0.0))
+                progress[model] = (pending + value, done) if name == _PENDING else (pending, done + value)
+        return progress
+
     def drain(self, models: Iterable[str], timeout_s: float) -> list[str]:
         """Unload ``models`` (the clients' entry points) and wait until Triton has unloaded them,
         which it does once their requests in flight are done: new requests to them are refused at
@@ -641,6 +667,15 @@ def _process_state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return ""
+
+
+def _process_cpu_ticks(pid: int) -> int:
+    """CPU time a process has used so far (user + system, in clock ticks; 0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _process_table() -> dict[int, tuple[int, str]]:
@@ -732,12 +767,14 @@ class Supervisor:
     interval_s: float = 0.5
     max_recoveries: int = 5
     window_s: float = 60.0
+    hung_s: float = HUNG_MODEL_S
     recoveries: list[Recovery] = field(default_factory=list, init=False)
     failure: str | None = field(default=None, init=False)
     _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _done: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _thread: threading.Thread | None = field(default=None, init=False, repr=False)
     _stopped_since: dict[int, float] = field(default_factory=dict, init=False, repr=False)
+    _progress: dict[str, tuple[float, float, float]] = field(default_factory=dict, init=False, repr=False)
 
     def start(self) -> Supervisor:
         self._thread = threading.Thread(target=self._run, name="trt-spec-supervisor", daemon=True)
@@ -772,6 +809,7 @@ class Supervisor:
                         return
                     current = self.server.stubs()
                     self._end_stopped(current)
+                    self._end_hung(current)
                     dead = {pid: stub for pid, stub in known.items() if pid not in current}
                     known.update(current)
                     if dead and not (self._stop.is_set() or self.server.stopping):  # a stop ends stubs too
@@ -812,6 +850,34 @@ class Supervisor:
                 except ProcessLookupError:
                     pass
                 del self._stopped_since[pid]
+
+    def _end_hung(self, stubs: dict[int, Stub]) -> None:
+        """SIGKILL the processes of a model that has had requests waiting for an instance while,
+        for :attr:`hung_s`, it finished no execution and its processes used next to no CPU (a
+        deadlock, a wait that never ends; Triton would keep queueing its requests and call it
+        ready). A long execution is not a hang: it burns CPU. Killed, the model is recovered as a
+        dead one. Reads Triton's own counters (:meth:`TritonServer.model_progress`) and /proc."""
+        now = time.monotonic()
+        for model, (pending, done) in self.server.model_progress().items():
+            victims = [stub for stub in stubs.values() if stub.model == model]
+            cpu_s = sum(_process_cpu_ticks(stub.pid) for stub in victims) / _CLOCK_TICKS
+            seen = self._progress.get(model)
+            if seen is None or pending == 0 or seen[0] != done or cpu_s - seen[1] > HUNG_CPU_SHARE * (now - seen[2]):
+                self._progress[model] = (done, cpu_s, now)  # progress, or nothing waiting: the clock starts again
+                continue
+            if not victims or now - seen[2] < self.hung_s:
+                continue
+            self.on_event(
+                f"model {model}: {pending:.0f} request(s) waiting while it finished none and used "
+                f"{cpu_s - seen[1]:.2f} s of CPU in {now - seen[2]:.1f} s; taking it for hung and killing its "
+                "processes to recover it"
+            )
+            for stub in victims:
+                try:
+                    os.kill(stub.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            del self._progress[model]
 
     def _server_exited(self) -> bool:
         """Whether the server process ended by itself (not by a stop); sets :attr:`failure`."""
