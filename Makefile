@@ -4,7 +4,8 @@
 #                                      Triton repository, real Triton server, streamed generation
 #   make bench                         the demo pair in-process: speculative vs plain decoding per K
 #   make test                          the test suite (CPU; GPU tests skip)
-#   make lint                          ruff (lint + format check) and mypy (strict on the pure core)
+#   make lint                          ruff (lint + format check), mypy (strict on the pure core) and
+#                                      the import layers (import-linter)
 #   make plan SPEC=examples/x.yaml     conversion + trtllm-build steps and the memory plan
 #   make build-engines SPEC=...        download -> check -> convert + build (GPU machine)
 #
@@ -39,11 +40,13 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# mypy checks the modules listed under [tool.mypy] files in pyproject.toml.
+# mypy checks the modules listed under [tool.mypy] files in pyproject.toml; import-linter the
+# layers contract under [tool.importlinter] (imports follow the data's flow).
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m ruff format --check $(LINT_PATHS)
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 demo: $(STAMP)
 	$(TRT_SPEC) demo --spec $(DEMO_SPEC)

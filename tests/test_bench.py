@@ -8,44 +8,45 @@ import pytest
 from conftest import DEMO_PAIR
 
 from trt_spec.bench.prompts import load_prompt_texts
-from trt_spec.bench.theory import (
+from trt_spec.runtime.costs import (
+    StepCosts,
     StepTimes,
-    cost_model_speedup,
+    expected_tokens_per_call,
     recommend_num_draft_tokens,
-    theoretical_tokens_per_call,
-    walltime_improvement,
+    speedup,
 )
 
 
 @pytest.mark.parametrize("k, expected", [(2, 1.94), (4, 2.26), (6, 2.38), (8, 2.42)])
 def test_theory_matches_the_demo_pairs_provenance(k, expected):
     # PROVENANCE.json: theoretical tokens per target call at greedy alpha 0.59.
-    assert theoretical_tokens_per_call(0.59, k) == pytest.approx(expected, abs=0.005)
+    assert expected_tokens_per_call(0.59, k) == pytest.approx(expected, abs=0.005)
 
 
-def test_walltime_improvement_is_theorem_3_8():
+def test_the_speedup_at_a_flat_verify_is_theorem_3_8():
     alpha, k, c = 0.7, 3, 0.1
-    assert walltime_improvement(alpha, k, c) == pytest.approx((1 - alpha ** (k + 1)) / ((1 - alpha) * (k * c + 1)))
+    theorem = (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * c + 1))
+    assert StepCosts(draft=c, verify_slope=0.0).speedup(alpha, k) == pytest.approx(theorem)
+    assert speedup(k, c, 1.0, expected_tokens_per_call(alpha, k)) == pytest.approx(theorem)
 
 
 def test_recommendation():
     # Leviathan et al. Figure 3: cheap drafts and high alpha want long drafts, costly ones short.
-    assert recommend_num_draft_tokens(0.9, 0.01) >= 10
-    assert recommend_num_draft_tokens(0.6, 0.5) == 1
-    k = recommend_num_draft_tokens(0.7, 0.1)
-    assert all(walltime_improvement(0.7, k, 0.1) >= walltime_improvement(0.7, j, 0.1) for j in range(1, 17))
+    assert recommend_num_draft_tokens(0.9, 0.01, 16) >= 10
+    assert recommend_num_draft_tokens(0.6, 0.5, 16) == 1
+    k = recommend_num_draft_tokens(0.7, 0.1, 16)
+    flat = StepCosts(draft=0.1, verify_slope=0.0)
+    assert all(flat.speedup(0.7, k) >= flat.speedup(0.7, j) for j in range(1, 17))
 
 
 def test_cost_model_speedup():
     times = StepTimes(target_1=0.010, target_by_num_tokens={5: 0.012}, draft_by_k={4: 0.001})
-    expected = theoretical_tokens_per_call(0.6, 4) * 0.010 / (4 * 0.001 + 0.012)
-    assert cost_model_speedup(0.6, 4, times) == pytest.approx(expected)
+    expected = expected_tokens_per_call(0.6, 4) * 0.010 / (4 * 0.001 + 0.012)
+    assert times.speedup(0.6, 4) == pytest.approx(expected)
     assert times.cost_ratio == pytest.approx(0.1)
 
 
 def test_run_cost_model_counts_prefill_and_the_runs_own_calls():
-    from trt_spec.bench.theory import run_cost_model_speedup
-
     times = StepTimes(
         target_1=0.010, target_by_num_tokens={5: 0.012}, draft_by_k={4: 0.001}, target_prefill=0.05, draft_prefill=0.01
     )
@@ -53,10 +54,10 @@ def test_run_cost_model_counts_prefill_and_the_runs_own_calls():
     # of both models, 3 more drafts in each first step, then 18 full steps of 4 drafts + a 5-token verify.
     plain = 2 * 0.05 + 118 * 0.010
     spec = 2 * (0.05 + 0.01) + 2 * 3 * 0.001 + 18 * (4 * 0.001 + 0.012)
-    assert run_cost_model_speedup(4, times, tokens=120, target_calls=20, requests=2) == pytest.approx(plain / spec)
+    assert times.run_speedup(4, tokens=120, target_calls=20, requests=2) == pytest.approx(plain / spec)
     # Without prefills it is the step model at the run's tokens per call (up to each request's first step).
     bare = StepTimes(target_1=0.010, target_by_num_tokens={5: 0.012}, draft_by_k={4: 0.001})
-    assert run_cost_model_speedup(4, bare, tokens=3000, target_calls=1000, requests=1) == pytest.approx(
+    assert bare.run_speedup(4, tokens=3000, target_calls=1000, requests=1) == pytest.approx(
         3 * 0.010 / (4 * 0.001 + 0.012), rel=2e-3
     )
 
@@ -70,14 +71,14 @@ def test_prompts_come_from_held_out_files():
 
 
 def test_theory_at_drafted_lengths():
-    from trt_spec.bench.theory import theoretical_tokens_per_call_at_drafted
+    from trt_spec.bench.rows import theoretical_tokens_per_call_at_drafted
     from trt_spec.runtime.loop import RequestStats
 
     stats = RequestStats()
     stats.record(num_drafted=3, num_accepted=3, draft_seconds=0, verify_seconds=0)
     stats.record(num_drafted=1, num_accepted=0, draft_seconds=0, verify_seconds=0)  # a capped last step
     alpha = 0.5
-    expected = (theoretical_tokens_per_call(alpha, 3) + theoretical_tokens_per_call(alpha, 1)) / 2
+    expected = (expected_tokens_per_call(alpha, 3) + expected_tokens_per_call(alpha, 1)) / 2
     assert theoretical_tokens_per_call_at_drafted(alpha, stats) == pytest.approx(expected)
 
 
@@ -215,4 +216,4 @@ def test_server_rows_to_json_have_exactly_todays_keys():
         "server_vs_inprocess",
         "inprocess_same_tokens",
     ]
-    assert full["theoretical_tokens_per_target_call"] == pytest.approx(theoretical_tokens_per_call(0.5, 4))
+    assert full["theoretical_tokens_per_target_call"] == pytest.approx(expected_tokens_per_call(0.5, 4))

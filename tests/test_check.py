@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from trt_spec.checkpoints.check import check_pair
 from trt_spec.cli import main
+from trt_spec.plan.check import check_pair
 from trt_spec.spec import parse_spec
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "pystdlib-pair"

@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
-from trt_spec.checkpoints.convert import convert_checkpoint
 from trt_spec.cli import main
+from trt_spec.engines.convert import convert_checkpoint
 from trt_spec.engines.manifest import MANIFEST
 from trt_spec.errors import ConversionFailed, NotDownloadedError
 from trt_spec.layout import trtllm_checkpoint_dir

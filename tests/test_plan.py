@@ -8,8 +8,9 @@ from conftest import EXAMPLES, ROOT
 from trt_spec.checkpoints.config import load_model_info
 from trt_spec.cli import main
 from trt_spec.errors import ModelConfigError, PlanError
-from trt_spec.memory import GIB, GPU_CAPACITY_BYTES, MIB
+from trt_spec.gpus import GPUS
 from trt_spec.plan import make_plan
+from trt_spec.plan.memory import GIB, MIB
 from trt_spec.spec import load_spec, parse_spec
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -99,7 +100,7 @@ def test_memory_figures_by_hand_70b_on_4xh100():
     # The draft shares GPU 0 only; both engines get the same token budget, bound by GPU 0.
     assert [gpu.draft_fixed > 0 for gpu in memory.gpus] == [True, False, False, False]
     gpu0 = memory.gpus[0]
-    assert gpu0.capacity == GPU_CAPACITY_BYTES["h100"] == 81_559 * MIB
+    assert gpu0.capacity == GPUS["h100"].memory_bytes == 81_559 * MIB
     assert gpu0.target_fixed + gpu0.draft_fixed + gpu0.kv_cache + gpu0.headroom + gpu0.unused == gpu0.capacity
     assert gpu0.unused < gpu0.kv_bytes_per_token * 64  # GPU 0 is full to within one KV block
     assert memory.kv_tokens % 64 == 0
@@ -167,7 +168,7 @@ def test_plan_cli_human_output_has_table_and_commands():
     assert "trt-spec convert --spec" in result.output
 
 
-# --- the projection `plan` prints (trt_spec/projection.py) -------------------------------------------
+# --- the projection `plan` prints (trt_spec/plan/projection.py) -------------------------------------------
 
 
 def test_plan_cli_prints_the_projection_70b_on_4xh100():

@@ -1,5 +1,5 @@
-"""The projection (trt_spec/projection.py) and the cost model it shares with the benchmark
-(trt_spec/bench/theory.py): its formulas by hand, the memory-bound regime and where it ends, the
+"""The projection (trt_spec/plan/projection.py) and the cost model it shares with the benchmark
+(trt_spec/runtime/costs.py): its formulas by hand, the memory-bound regime and where it ends, the
 same model fed this CPU's measured step costs against the speedup measured in the same run, and
 the wide demo pair that `make demo` runs."""
 
@@ -11,15 +11,15 @@ from conftest import EXAMPLES
 from test_twin import assert_same_greedy, reference_greedy
 
 from trt_spec.bench.inprocess import BenchConfig, run_local_bench
-from trt_spec.bench.theory import StepTimes, best_row, cost_model_rows
 from trt_spec.checkpoints.config import ModelInfo
+from trt_spec.gpus import GPUS
 from trt_spec.plan import make_plan
-from trt_spec.projection import (
+from trt_spec.plan.projection import (
     ALLREDUCE_LATENCY_S,
-    GPUS,
     project_plan,
-    step_cost,
+    roofline_step,
 )
+from trt_spec.runtime.costs import StepTimes, best_row, cost_model_rows
 from trt_spec.runtime.loop import GenerationParams
 from trt_spec.spec import load_spec, parse_spec
 from trt_spec.twin import TwinPair
@@ -72,7 +72,7 @@ def test_best_row_prefers_the_smaller_k_on_a_tie():
 
 def test_step_cost_by_hand_at_tp_1():
     model, gpu = tiny_model(), GPUS["h100"]
-    cost = step_cost(model, tp_size=1, dtype="float16", gpu=gpu, num_tokens=3, context=100, batch=2)
+    cost = roofline_step(model, tp_size=1, dtype="float16", gpu=gpu, num_tokens=3, context=100, batch=2)
     layer = 64 * 16 * (2 * 4 + 2 * 2) + 3 * 64 * 128  # attention + MLP
     streamed = 2 * (layer + 3 * 64) + 100 * 64  # two layers (with their norms) + lm_head; no embedding
     assert cost.weight_bytes == streamed * 2
@@ -87,7 +87,7 @@ def test_step_cost_by_hand_at_tp_1():
 def test_allreduce_formula_at_tp_4():
     """2 all-reduces per layer, each latency + 2 (tp - 1) / tp x tokens x hidden x bytes / NVLink."""
     model, gpu = tiny_model(num_heads=8, num_kv_heads=4), GPUS["h200"]
-    cost = step_cost(model, tp_size=4, dtype="bfloat16", gpu=gpu, num_tokens=5, context=10, batch=1)
+    cost = roofline_step(model, tp_size=4, dtype="bfloat16", gpu=gpu, num_tokens=5, context=10, batch=1)
     per_allreduce = ALLREDUCE_LATENCY_S + 2 * 3 / 4 * 5 * 64 * 2 / 450e9
     assert cost.allreduce_s == pytest.approx(2 * 2 * per_allreduce)
 
@@ -174,14 +174,13 @@ def test_cost_model_fed_measured_step_costs_matches_the_measured_speedup(one_thr
 def test_demo_summary_lines_explain_with_the_same_model():
     """The demo's two lines: the cost model fed this machine's step costs and the run's alpha, and
     the projection for the spec's GPU at that alpha."""
-    from trt_spec.bench.theory import cost_model_speedup
     from trt_spec.cli.demo_cmds import explain_here, explain_on_gpu
 
     times = StepTimes(target_1=0.0095, target_by_num_tokens={5: 0.0189}, draft_by_k={4: 0.0009})
     here = explain_here(1.13, 0.73, 4, times)
     assert "why x1.13" in here and "t_1 9.5 ms" in here and "t_5 18.9 ms (1.99 t_1)" in here
     assert "t_d 0.9 ms" in here and "alpha 0.73" in here
-    assert f"x{cost_model_speedup(0.73, 4, times):.2f}" in here
+    assert f"x{times.speedup(0.73, 4):.2f}" in here
     the_plan = make_plan(load_spec(EXAMPLES / "pystdlib-wide.yaml"))
     gpu = explain_on_gpu(the_plan, 0.73, "examples/pystdlib-wide.yaml")
     projection = project_plan(the_plan, 0.73)

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from trt_spec.errors import SpecError
+from trt_spec.gpus import GpuName
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
 TP_SIZES = (1, 2, 4, 8)
@@ -71,7 +72,7 @@ class SpeculativeSpec(_Section):
 
 class EngineSpec(_Section):
     dtype: Literal["float16", "bfloat16"] = "float16"
-    gpu: Literal["h100", "h200"] = "h100"
+    gpu: GpuName = "h100"
     max_batch_size: int = Field(8, ge=1, le=4096)
     max_input_len: int = Field(4096, ge=1)
     max_seq_len: int = Field(8192, ge=2)

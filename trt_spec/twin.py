@@ -174,7 +174,7 @@ class TwinPair:
         token costs)."""
         draft, target = (_step_params(engine.model) for engine in (self.draft, self.target))
         slope = CPU_VERIFY_SLOPE if self.target.device.type == "cpu" else 0.0
-        return StepCosts(draft=draft / target, verify_slope=slope)
+        return StepCosts.from_parameters(draft, target, verify_slope=slope)
 
 
 def _step_params(model: torch.nn.Module) -> int:

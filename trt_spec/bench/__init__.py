@@ -1,9 +1,8 @@
-"""Benchmarks: speculative against plain decoding, in-process and through a server.
+"""Benchmarks: speculative against plain decoding, in-process and through a server. The cost
+model they compare with is ``trt_spec.runtime.costs``, the one ``plan`` projects with.
 
 The modules, in reading order:
 
-- ``theory``: the pure formulas (tokens per target call, the cost-model speedup, Leviathan et
-  al.'s walltime improvement and K recommendation) and the step times the cost model takes.
 - ``prompts``: the packaged held-out prompts, as texts, cut texts (server) or tokens (in-process).
 - ``rows``: what a benchmark reports: the tally of a configuration's requests and the typed
   result rows made from tallies, each with ``to_json()`` (a row of ``trt-spec bench --json``).

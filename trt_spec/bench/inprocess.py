@@ -23,7 +23,7 @@ import torch
 
 from trt_spec.bench.prompts import MAX_NEW_TOKENS, PROMPT_TOKENS, load_prompts
 from trt_spec.bench.rows import AdaptiveRow, FixedRow, Progress, Tally
-from trt_spec.bench.theory import StepTimes, cost_model_speedup, recommend_num_draft_tokens, walltime_improvement
+from trt_spec.runtime.costs import StepCosts, StepTimes, recommend_num_draft_tokens
 from trt_spec.runtime.loop import GenerationParams, RequestStats
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 from trt_spec.twin import TwinPair
@@ -308,15 +308,15 @@ def _recommend(
     accepted = sum(tallies[("spec", k)].stats.accepted_tokens for k in config.ks)
     rejections = sum(tallies[("spec", k)].stats.rejections for k in config.ks)
     alpha = accepted / (accepted + rejections) if accepted + rejections else 0.0
-    k = recommend_num_draft_tokens(alpha, step_times.cost_ratio)
+    k = recommend_num_draft_tokens(alpha, step_times.cost_ratio, MAX_DRAFT_TOKENS)
     fixed = [row for row in rows if not row.adaptive]
     return Recommendation(
         temperature=temperature,
         alpha=alpha,
         cost_ratio=step_times.cost_ratio,
         num_draft_tokens=k,
-        expected_speedup=walltime_improvement(alpha, k, step_times.cost_ratio),
-        cost_model_k=max(config.ks, key=lambda k: cost_model_speedup(alpha, k, step_times)),
+        expected_speedup=StepCosts(draft=step_times.cost_ratio, verify_slope=0.0).speedup(alpha, k),
+        cost_model_k=max(config.ks, key=lambda k: step_times.speedup(alpha, k)),
         best_measured_k=max(fixed, key=lambda row: row.tokens_per_s).k if fixed else None,
     )
 

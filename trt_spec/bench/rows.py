@@ -17,13 +17,20 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from trt_spec.bench.theory import (
-    StepTimes,
-    run_cost_model_speedup,
-    theoretical_tokens_per_call,
-    theoretical_tokens_per_call_at_drafted,
-)
+from trt_spec.runtime.costs import StepTimes, expected_tokens_per_call
 from trt_spec.runtime.loop import RequestStats
+
+
+def theoretical_tokens_per_call_at_drafted(alpha: float, stats: RequestStats) -> float:
+    """The theory for the draft lengths a run actually used: the mean over its steps of
+    1 + alpha + ... + alpha^k_step. The last steps of a request draft fewer than K (never past
+    max_new_tokens), which the fixed-K formula does not know."""
+    if not stats.target_calls:
+        return 0.0
+    # sum over steps of sum_{j=1..k} alpha^j = sum over positions j of (steps drafting >= j) alpha^j
+    drafted_terms = sum(count * alpha ** (position + 1) for position, count in enumerate(stats.drafted_by_position))
+    return (stats.target_calls + drafted_terms) / stats.target_calls
+
 
 Progress = Callable[[str], None]  # where a benchmark reports what it is doing, one line at a time
 
@@ -179,9 +186,9 @@ class FixedRow(Row):
             acceptance_rate=stats.acceptance_rate,
             alpha=stats.alpha,
             tokens_per_target_call=stats.tokens_per_target_call,
-            theoretical_tokens_per_target_call=theoretical_tokens_per_call(stats.alpha, k),
+            theoretical_tokens_per_target_call=expected_tokens_per_call(stats.alpha, k),
             hf_assisted_tokens_per_s=hf.tokens_per_s if hf else None,
-            cost_model_speedup=run_cost_model_speedup(k, step_times, spec.tokens, stats.target_calls, spec.requests),
+            cost_model_speedup=step_times.run_speedup(k, spec.tokens, stats.target_calls, spec.requests),
             theoretical_tokens_per_target_call_at_drafted=theoretical_tokens_per_call_at_drafted(stats.alpha, stats),
             t_1_ms=_ms(step_times.target_1),
             t_d_ms=_ms(step_times.draft_by_k[k]),
@@ -334,7 +341,7 @@ class ServerRow(Row):
             acceptance_rate=accepted / drafted if drafted else 0.0,
             alpha=alpha,
             tokens_per_target_call=spec.tokens / calls if calls else 0.0,
-            theoretical_tokens_per_target_call=theoretical_tokens_per_call(alpha, k) if alpha is not None else None,
+            theoretical_tokens_per_target_call=expected_tokens_per_call(alpha, k) if alpha is not None else None,
             ttft_ms=_ms(_median(r.ttft_s for r in spec.results)),
             itl_ms=_ms(_median(r.itl_s for r in spec.results)),
             baseline_ttft_ms=_ms(_median(r.ttft_s for r in plain.results)),

@@ -18,6 +18,10 @@ from trt_spec.errors import ModelConfigError
 from trt_spec.layout import lock_path
 from trt_spec.spec import Spec
 
+# The architectures `convert` and `build` take: TensorRT-LLM 1.2.x builds both with its
+# LLaMAForCausalLM (its MODEL_MAP).
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM")
+
 
 @dataclass(frozen=True)
 class ModelInfo:

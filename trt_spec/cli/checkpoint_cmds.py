@@ -9,7 +9,7 @@ import click
 
 from trt_spec.cli.common import read_spec, spec_option
 from trt_spec.layout import ROLES, lock_path
-from trt_spec.memory import format_bytes
+from trt_spec.plan.memory import format_bytes
 
 _STATUS_STYLE = {"ok": ("ok", "green"), "warn": ("warn", "yellow"), "fatal": ("FATAL", "red")}
 
@@ -59,7 +59,7 @@ def check(ctx: click.Context, spec_path: str, as_json: bool) -> None:
     Example:
       trt-spec check --spec examples/pystdlib-demo.yaml
     """
-    from trt_spec.checkpoints.check import check_pair
+    from trt_spec.plan.check import check_pair
 
     report = check_pair(read_spec(spec_path))
     if as_json:
@@ -91,7 +91,7 @@ def convert(spec_path: str, role: str, force: bool) -> None:
     Example:
       trt-spec convert --spec examples/pystdlib-demo.yaml --role target
     """
-    from trt_spec.checkpoints.convert import convert_checkpoint
+    from trt_spec.engines.convert import convert_checkpoint
 
     spec = read_spec(spec_path)
     stderr = sys.stderr  # the converter redirects the libraries' output; progress stays here

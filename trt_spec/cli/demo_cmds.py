@@ -13,8 +13,8 @@ import click
 
 if TYPE_CHECKING:
     from trt_spec.bench.inprocess import BenchReport
-    from trt_spec.bench.theory import StepTimes
     from trt_spec.plan import Plan
+    from trt_spec.runtime.costs import StepTimes
     from trt_spec.spec import Spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -54,10 +54,10 @@ def demo(spec_path, max_tokens, keep) -> None:
     Example:
       trt-spec demo
     """
-    from trt_spec.checkpoints.check import check_pair
     from trt_spec.cli.common import read_spec
     from trt_spec.client import SpecClient
     from trt_spec.plan import make_plan
+    from trt_spec.plan.check import check_pair
     from trt_spec.repository.writer import write_repository
     from trt_spec.serving.server import TritonServer
 
@@ -202,7 +202,7 @@ def measure_step_costs(spec: Spec, max_tokens: int) -> BenchReport:
 def explain_here(measured: float, alpha: float, k: int, times: StepTimes) -> str:
     """Why the speedup measured here is what it is: the cost model fed this machine's step costs
     (milliseconds) and the run's alpha."""
-    from trt_spec.bench.theory import cost_model_rows
+    from trt_spec.runtime.costs import cost_model_rows
 
     row = cost_model_rows(alpha, times, [k])[0]
     verify = f"t_{k + 1}"
@@ -217,7 +217,7 @@ def explain_here(measured: float, alpha: float, k: int, times: StepTimes) -> str
 
 def explain_on_gpu(plan: Plan, alpha: float, spec_path: str) -> str:
     """The projection for the spec's GPU at the alpha just measured (what `trt-spec plan` prints)."""
-    from trt_spec.projection import project_plan
+    from trt_spec.plan.projection import project_plan
 
     projection = project_plan(plan, alpha)
     k = plan.spec.num_draft_tokens

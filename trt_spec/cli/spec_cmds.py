@@ -11,9 +11,16 @@ import click
 
 from trt_spec import atomic
 from trt_spec.cli.common import read_spec, spec_option
-from trt_spec.memory import format_bytes
 from trt_spec.plan import Plan, make_plan
-from trt_spec.projection import DEFAULT_ALPHA, DEFAULT_BATCH, DEFAULT_MAX_K, Projection, project_plan, render_projection
+from trt_spec.plan.memory import format_bytes
+from trt_spec.plan.projection import (
+    DEFAULT_ALPHA,
+    DEFAULT_BATCH,
+    DEFAULT_MAX_K,
+    Projection,
+    project_plan,
+    render_projection,
+)
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trt_spec import __version__, atomic
-from trt_spec.checkpoints.convert import convert_checkpoint
+from trt_spec.engines.convert import convert_checkpoint
 from trt_spec.engines.manifest import MANIFEST, MANIFEST_SCHEMA, build_key, read_json, read_manifest
 from trt_spec.engines.versions import SUPPORTED_TRTLLM, installed_versions
 from trt_spec.errors import BuildStepFailed, CheckpointMissing, ToolchainMissing
@@ -121,7 +121,7 @@ def build_engines(
     """Build (or keep) both engines of ``plan``; returns one result per engine, target first.
 
     ``convert(spec, role, force=..., progress=...)`` brings the role's TensorRT-LLM checkpoint up to date;
-    by default :func:`trt_spec.checkpoints.convert.convert_checkpoint`.
+    by default :func:`trt_spec.engines.convert.convert_checkpoint`.
 
     Raises:
         ToolchainMissing: the GPU is not a Hopper (sm_90) GPU as the spec's ``engine.gpu`` says.

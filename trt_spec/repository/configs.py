@@ -25,8 +25,8 @@ from tritonclient.grpc import model_config_pb2
 from trt_spec import atomic
 from trt_spec.errors import EngineMismatchError, RepositoryError
 from trt_spec.layout import engine_dir
-from trt_spec.memory import rank_params
 from trt_spec.plan import Plan, engine_max_input_len
+from trt_spec.plan.memory import rank_params
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import CPU_VERIFY_SLOPE, DEFAULT_STEP_COSTS, StepCosts
 from trt_spec.runtime.parameters import (
@@ -44,7 +44,7 @@ ModelConfig = model_config_pb2.ModelConfig
 
 FLAVORS = ("tensorrtllm", "torch")
 TOKENIZER_SUBDIR = "tokenizer"  # beside model.py in the version directory; relocatable
-# Keeps the KV budget an absolute token count (memory.py) in every engine load order.
+# Keeps the KV budget an absolute token count (plan/memory.py) in every engine load order.
 MAX_KV_FRACTION = 0.95
 # guaranteed_no_evict: a request admitted to the batch always has KV blocks to finish, so a
 # verifying target is never paused between draft and verify.
@@ -184,20 +184,16 @@ def settings_from_plan(
 
 def deployment_step_costs(plan: Plan, flavor: str) -> StepCosts:
     """Adaptive K's fixed step costs for the repository's engines: on the spec's GPU (tensorrtllm)
-    the projection's memory-bandwidth step model (``trt_spec.projection``) at the spec's K; on a CPU
+    the projection's memory-bandwidth step model (``trt_spec.plan.projection``) at the spec's K; on a CPU
     (torch) the draft's parameter count over the target's for t_d / t_1 and the twin's measured
     verify slope. Fixed so that K, and so the output, never depends on the machine's load."""
     if flavor == "tensorrtllm":
-        from trt_spec.projection import project_plan
+        from trt_spec.plan.projection import project_plan
 
         k = plan.spec.num_draft_tokens
-        times = project_plan(plan, max_k=k).step_times
-        slope = (times.target_by_num_tokens[k + 1] - times.target_1) / (k * times.target_1)
-        return StepCosts(draft=times.draft_1 / times.target_1, verify_slope=max(0.0, slope))
-    draft, target = (rank_params(role.model, 1) for role in (plan.draft, plan.target))
-    return StepCosts(
-        draft=(draft.layers + draft.lm_head) / (target.layers + target.lm_head), verify_slope=CPU_VERIFY_SLOPE
-    )
+        return project_plan(plan, max_k=k).step_times.step_costs(k)
+    draft, target = (rank_params(role.model, 1).streamed for role in (plan.draft, plan.target))
+    return StepCosts.from_parameters(draft, target, verify_slope=CPU_VERIFY_SLOPE)
 
 
 def read_engine_config(directory: Path) -> dict | None:
@@ -408,7 +404,7 @@ def loop_config(settings: RepositorySettings) -> ModelConfig:
 
 def gpu_device_ids(tp_size: int) -> str:
     """An engine's GPUs: rank r on GPU r, for target and draft alike, so a TP-1 draft shares GPU 0
-    with target rank 0, as the memory plan places it (memory.py). In orchestrator mode, where
+    with target rank 0, as the memory plan places it (plan/memory.py). In orchestrator mode, where
     ``trt-spec serve`` runs both engine models, each model's spawned ranks take these devices in
     order; the draft-target recipe of TensorRT-LLM also lets the two share a GPU."""
     return ",".join(str(rank) for rank in range(tp_size))

@@ -1,16 +1,63 @@
-"""Adaptive K's step costs and the expected tokens per target call: pure arithmetic, standard library
-only (the repository writer imports it without torch)."""
+"""The cost model of speculative decoding, the one the whole tool uses: pure arithmetic, standard
+library only (the repository writer and the loop model import it without torch).
+
+alpha is the per-position acceptance (accepted / (accepted + rejections)), K the draft length,
+t_1 a one-token target call, t_{K+1} a (K + 1)-token target call, t_d a one-token draft call,
+c = t_d / t_1 and r = t_{K+1} / t_1. A speculative step costs K t_d + t_{K+1} and yields
+E(alpha, K) = 1 + alpha + ... + alpha^K tokens on average, so the speedup over plain decoding is
+
+    E / (K c + r)                                                      (:func:`speedup`)
+
+with an optional prefill term for whole requests. Leviathan et al. 2023 (arXiv 2211.17192),
+Theorem 3.8, is the case r = 1.
+
+Its feeds, by name:
+
+- :class:`StepTimes`: seconds per call, *measured* on this machine (``bench``) or *projected* on
+  the spec's GPU from bytes over bandwidth (``trt_spec.plan.projection``, ``plan``);
+- :class:`StepCosts`: a deployment's *fixed* costs relative to t_1, what adaptive K weighs
+  acceptance against (derived from step times, or from the two models' parameter counts).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from trt_spec.runtime.errors import GenerationParamsError
 
 
 def expected_tokens_per_call(alpha: float, num_draft_tokens: int) -> float:
-    """(1 - alpha^(K+1)) / (1 - alpha), written as the sum 1 + alpha + ... + alpha^K (no 0/0 at 1)."""
+    """E = (1 - alpha^(K+1)) / (1 - alpha), written as the sum 1 + alpha + ... + alpha^K (no 0/0 at 1)."""
     return sum(alpha**power for power in range(num_draft_tokens + 1))
+
+
+def speedup(
+    num_draft_tokens: int,
+    draft: float,
+    verify: float,
+    tokens_per_call: float,
+    *,
+    requests_per_call: float = 0.0,
+    target_prefill: float = 0.0,
+    draft_prefill: float = 0.0,
+) -> float:
+    """The speedup over plain decoding of K drafts per target call, all costs relative to t_1:
+    ``draft`` = t_d / t_1, ``verify`` = t_{K+1} / t_1, ``tokens_per_call`` = E.
+
+    Without the prefill term (``requests_per_call`` 0) it is E / (K c + r). With it, per target call
+    a fraction ``requests_per_call`` = R / C of the calls starts a request, which prefills its
+    prompt (``target_prefill`` = P_t / t_1, ``draft_prefill`` = P_d / t_1):
+
+        plain = R P_t + (N - R) t_1              (the first token comes with the prefill)
+        spec  = R (P_t + P_d) + R (K - 1) t_d + (C - R)(K t_d + t_{K+1})
+
+    (a request's first step drafts after the draft's prefill and verifies within the target's),
+    divided through by C t_1, with N = E C."""
+    k, share = num_draft_tokens, requests_per_call
+    plain = share * target_prefill + (tokens_per_call - share)
+    spec = share * (target_prefill + draft_prefill + (k - 1) * draft) + (1 - share) * (k * draft + verify)
+    return plain / spec
 
 
 @dataclass(frozen=True)
@@ -38,10 +85,16 @@ class StepCosts:
                 f"step costs must be finite and >= 0; got draft {self.draft}, verify_slope {self.verify_slope}"
             )
 
+    @classmethod
+    def from_parameters(cls, draft_params: float, target_params: float, verify_slope: float) -> StepCosts:
+        """t_d / t_1 as the draft's streamed parameters over the target's (a decode step reads every
+        weight once; embeddings left out: a step reads only its tokens' rows)."""
+        return cls(draft=draft_params / target_params, verify_slope=verify_slope)
+
     def speedup(self, alpha: float, num_draft_tokens: int) -> float:
-        """The cost model's speedup of K drafts at acceptance alpha: E(alpha, K) t_1 / (K t_d + t_{K+1})."""
+        """:func:`speedup` of K drafts at acceptance alpha, with r = 1 + K x ``verify_slope``."""
         k = num_draft_tokens
-        return expected_tokens_per_call(alpha, k) / (k * self.draft + 1 + k * self.verify_slope)
+        return speedup(k, self.draft, 1 + k * self.verify_slope, expected_tokens_per_call(alpha, k))
 
 
 # The PyTorch twin on a CPU with its oneDNN projections (torch_engine._Linear; bench --local, wide
@@ -49,3 +102,105 @@ class StepCosts:
 # on MKL's kernels it was ~0.3). t_d / t_1 measured 0.10-0.12 there, its parameter ratio 0.046.
 CPU_VERIFY_SLOPE = 0.02
 DEFAULT_STEP_COSTS = StepCosts(draft=0.1, verify_slope=CPU_VERIFY_SLOPE)
+
+
+@dataclass
+class StepTimes:
+    """Seconds per forward pass. Measured (``bench``): at a context of prompt + max_new_tokens / 2
+    tokens, in the access pattern of the decoding they model: t_1 in a run of target calls (plain
+    decoding), t_d and t_{K+1} in rounds of K draft calls then one target call (one speculative
+    step), so the CPU-cache cost of alternating two models is part of the step times and what the
+    cost model leaves out is the loop's own overhead. Projected (``plan``): the roofline of each
+    step on the spec's GPU."""
+
+    target_1: float
+    target_by_num_tokens: dict[int, float]  # K + 1 -> t_{K+1}
+    draft_by_k: dict[int, float]  # K -> t_d
+    target_prefill: float = 0.0  # a prompt's first target call (bench: its packaged prompts)
+    draft_prefill: float = 0.0  # the same prompt's first draft call
+
+    @property
+    def draft_1(self) -> float:
+        """t_d averaged over the K measured."""
+        return sum(self.draft_by_k.values()) / len(self.draft_by_k)
+
+    def draft_at(self, num_draft_tokens: int) -> float:
+        """t_d as measured in rounds of K drafts, or the mean over the K measured."""
+        return self.draft_by_k.get(num_draft_tokens, self.draft_1)
+
+    @property
+    def cost_ratio(self) -> float:
+        """c = t_d / t_1 (t_d averaged over the K measured)."""
+        return self.draft_1 / self.target_1
+
+    def draft_ratio(self, num_draft_tokens: int) -> float:
+        """c at K: t_d (as timed in rounds of K drafts) / t_1."""
+        return self.draft_at(num_draft_tokens) / self.target_1
+
+    def verify_ratio(self, num_draft_tokens: int) -> float:
+        """r = t_{K+1} / t_1."""
+        return self.target_by_num_tokens[num_draft_tokens + 1] / self.target_1
+
+    def step_costs(self, num_draft_tokens: int) -> StepCosts:
+        """Adaptive K's fixed costs from these times: c averaged over K, and the verify slope at K."""
+        k = num_draft_tokens
+        slope = (self.target_by_num_tokens[k + 1] - self.target_1) / (k * self.target_1)
+        return StepCosts(draft=self.cost_ratio, verify_slope=max(0.0, slope))
+
+    def speedup(self, alpha: float, num_draft_tokens: int) -> float:
+        """:func:`speedup` fed these times at i.i.d. acceptance alpha: E t_1 / (K t_d + t_{K+1}),
+        the speedup over plain decoding if the loop cost nothing."""
+        k = num_draft_tokens
+        return speedup(k, self.draft_ratio(k), self.verify_ratio(k), expected_tokens_per_call(alpha, k))
+
+    def run_speedup(self, num_draft_tokens: int, tokens: int, target_calls: int, requests: int) -> float:
+        """:func:`speedup` fed one run's own counts: ``tokens`` generated in ``target_calls`` by
+        ``requests`` requests, each prefilling its prompt (what ``bench`` times, end to end); what the
+        run would have shown had the loop cost nothing besides its engine calls. Its tokens per target
+        call are the run's, not alpha's i.i.d. theory."""
+        k = num_draft_tokens
+        return speedup(
+            k,
+            self.draft_ratio(k),
+            self.verify_ratio(k),
+            tokens / target_calls,
+            requests_per_call=requests / target_calls,
+            target_prefill=self.target_prefill / self.target_1,
+            draft_prefill=self.draft_prefill / self.target_1,
+        )
+
+
+@dataclass(frozen=True)
+class CostModelRow:
+    """The cost model at one K (ratios are of seconds, so unitless)."""
+
+    k: int
+    tokens_per_target_call: float  # E = (1 - alpha^(K+1)) / (1 - alpha)
+    draft_cost_ratio: float  # c = t_d / t_1
+    verify_cost_ratio: float  # r = t_(K+1) / t_1
+    speedup: float  # E / (K c + r), over plain decoding
+
+
+def cost_model_rows(alpha: float, step_times: StepTimes, ks: Iterable[int]) -> list[CostModelRow]:
+    """:meth:`StepTimes.speedup` and its parts for each K in ``ks`` (each needs its t_(K+1))."""
+    return [
+        CostModelRow(
+            k=k,
+            tokens_per_target_call=expected_tokens_per_call(alpha, k),
+            draft_cost_ratio=step_times.draft_ratio(k),
+            verify_cost_ratio=step_times.verify_ratio(k),
+            speedup=step_times.speedup(alpha, k),
+        )
+        for k in ks
+    ]
+
+
+def best_row(rows: Iterable[CostModelRow]) -> CostModelRow:
+    """The row with the largest speedup; the smallest such K on a tie."""
+    return max(sorted(rows, key=lambda row: row.k), key=lambda row: row.speedup)
+
+
+def recommend_num_draft_tokens(alpha: float, cost_ratio: float, max_k: int) -> int:
+    """The K in 1..max_k with the largest :func:`speedup` at r = 1 (Leviathan et al., Theorem 3.8)."""
+    costs = StepCosts(draft=cost_ratio, verify_slope=0.0)
+    return max(range(1, max_k + 1), key=lambda k: costs.speedup(alpha, k))

@@ -17,8 +17,8 @@ import shutil
 from pathlib import Path
 
 from trt_spec.errors import RepositoryError
-from trt_spec.memory import KV_BLOCK_TOKENS
 from trt_spec.plan import Plan, engine_max_input_len, make_plan
+from trt_spec.plan.memory import KV_BLOCK_TOKENS
 from trt_spec.repository import configs
 from trt_spec.repository.writer import MODELS_SOURCE_DIR, copy_runtime, hf_checkpoint_dir
 from trt_spec.runtime import tensors as T

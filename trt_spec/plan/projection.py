@@ -13,11 +13,11 @@ one GPU (its rank 0) is modelled as a roofline,
     all-reduce  = 2 x layers x (latency + 2 (tp - 1) / tp x n x batch x hidden x dtype bytes
                                  / NVLink bandwidth per direction)            (ring, tp > 1 only)
 
-with the parameter split and KV bytes of the memory plan (``trt_spec.memory``), the architecture
+with the parameter split and KV bytes of the memory plan (``trt_spec.plan.memory``), the architecture
 numbers of each model's ``config.json`` and the spec's tp sizes, dtype and GPU. The embedding is
 left out of the bytes: a step gathers only its tokens' rows. These give t_1 (the target, one
 token), t_{K+1} (the target verifying K drafts plus one) and t_d (the draft, one token), the same
-step times ``bench`` measures on a CPU, and ``trt_spec.bench.theory``'s cost model turns them into
+step times ``bench`` measures on a CPU, and ``trt_spec.runtime.costs``' cost model turns them into
 tokens per target call and speedup over plain decoding at a stated acceptance alpha.
 
 While a step is memory-bound, verifying K + 1 tokens costs what one token costs (t_{K+1} = t_1 up
@@ -36,10 +36,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trt_spec.bench.theory import CostModelRow, StepTimes, best_row, cost_model_rows
 from trt_spec.checkpoints.config import ModelInfo
-from trt_spec.memory import DTYPE_BYTES, kv_bytes_per_token_per_rank, rank_params
+from trt_spec.gpus import GIGA, GPUS, TERA, GpuSpec
 from trt_spec.plan import Plan
+from trt_spec.plan.memory import DTYPE_BYTES, kv_bytes_per_token_per_rank, rank_params
+from trt_spec.runtime.costs import CostModelRow, StepTimes, best_row, cost_model_rows
 
 # A typical per-position acceptance of a well-matched pair at temperature 0: a placeholder, not a
 # measurement. Measure yours with `trt-spec bench` on your prompts and pass it as --alpha.
@@ -61,43 +62,12 @@ ALLREDUCE_LATENCY_S = 5e-6
 # residual add + RMSNorm, gate/up GEMM, SiLU x up, down GEMM, residual add, and one to spare).
 KERNEL_FIXED_S = 3.7e-6
 KERNELS_PER_LAYER = 10
-TERA = 1e12
-GIGA = 1e9
 
 
 @dataclass(frozen=True)
-class GpuSpec:
-    """The peak figures the projection uses, per GPU."""
-
-    name: str
-    hbm_bytes_per_s: float  # HBM bandwidth
-    fp16_flops_per_s: float  # dense FP16/BF16 tensor-core peak (the datasheet's sparse figure / 2)
-    nvlink_bytes_per_s: float  # NVLink bandwidth per direction (900 GB/s bidirectional / 2)
-
-    @property
-    def ridge_point(self) -> float:
-        """FLOP per byte above which a step is compute-bound."""
-        return self.fp16_flops_per_s / self.hbm_bytes_per_s
-
-
-# NVIDIA's datasheets: H100 SXM 3.35 TB/s HBM3, H200 SXM 4.8 TB/s HBM3e; both FP16 tensor core
-# 1,979 TFLOPS with sparsity (989.4 dense) and fourth-generation NVLink 900 GB/s. Not retrieved in
-# this project; the same figures appear in NVIDIA's MLPerf system descriptions ("18x 4th Gen
-# NVLink, 900GB/s", mlcommons/inference_results_v4.1) and, for NVLink's 450 GB/s line rate per
-# direction, from NCCL's maintainer (NVIDIA/nccl-tests issue 212). The spec's `gpu` keys.
-GPUS = {
-    "h100": GpuSpec(
-        "H100 SXM", hbm_bytes_per_s=3.35 * TERA, fp16_flops_per_s=989.4 * TERA, nvlink_bytes_per_s=450 * GIGA
-    ),
-    "h200": GpuSpec(
-        "H200 SXM", hbm_bytes_per_s=4.8 * TERA, fp16_flops_per_s=989.4 * TERA, nvlink_bytes_per_s=450 * GIGA
-    ),
-}
-
-
-@dataclass(frozen=True)
-class StepCost:
-    """One engine's forward step over ``num_tokens`` tokens per sequence, on one of its GPUs."""
+class RooflineStep:
+    """One engine's forward step over ``num_tokens`` tokens per sequence, on one of its GPUs, as the
+    projection models it: the bytes it reads and the FLOPs it does (its seconds follow from a GPU)."""
 
     num_tokens: int  # per sequence: 1 (decode, draft) or K + 1 (verify)
     weight_bytes: float  # bytes read from HBM per step
@@ -131,9 +101,9 @@ def allreduce_seconds(model: ModelInfo, *, tp_size: int, tokens: int, dtype: str
     return ALLREDUCES_PER_LAYER * model.num_layers * (ALLREDUCE_LATENCY_S + transfer_s)
 
 
-def step_cost(
+def roofline_step(
     model: ModelInfo, *, tp_size: int, dtype: str, gpu: GpuSpec, num_tokens: int, context: int, batch: int
-) -> StepCost:
+) -> RooflineStep:
     """One step of an engine at ``context`` tokens already cached per sequence (see the module
     docstring for the formulas)."""
     streamed = rank_params(model, tp_size).streamed
@@ -142,7 +112,7 @@ def step_cost(
     attention_flops = (
         ATTENTION_FLOPS_PER_CACHED_VALUE * model.num_layers * heads_per_rank * model.head_dim * context * tokens
     )
-    return StepCost(
+    return RooflineStep(
         num_tokens=num_tokens,
         weight_bytes=streamed * DTYPE_BYTES[dtype],
         kv_bytes=kv_bytes_per_token_per_rank(model, tp_size=tp_size, dtype=dtype) * context * batch,
@@ -180,9 +150,9 @@ class Projection:
     batch: int
     target_tp: int
     draft_tp: int
-    target: StepCost  # one token
-    draft: StepCost  # one token
-    verify: dict[int, StepCost]  # K -> the target's (K + 1)-token step
+    target: RooflineStep  # one token
+    draft: RooflineStep  # one token
+    verify: dict[int, RooflineStep]  # K -> the target's (K + 1)-token step
     step_times: StepTimes  # seconds, the cost model's feed
     rows: tuple[CostModelRow, ...]
     spec_k: int  # the spec's num_draft_tokens
@@ -266,8 +236,8 @@ def project_plan(
     context = context or spec.engine.max_input_len
     draft_tp = min(spec.draft.tp_size, spec.target.tp_size)
 
-    def cost(model: ModelInfo, tp_size: int, num_tokens: int) -> StepCost:
-        return step_cost(
+    def cost(model: ModelInfo, tp_size: int, num_tokens: int) -> RooflineStep:
+        return roofline_step(
             model,
             tp_size=tp_size,
             dtype=spec.engine.dtype,

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TextIO
 
 from trt_spec import atomic
+from trt_spec.checkpoints.config import SUPPORTED_ARCHITECTURES
 from trt_spec.checkpoints.download import SAFETENSORS_INDEX, Snapshot, local_snapshot
 from trt_spec.engines.manifest import MANIFEST, read_manifest
 from trt_spec.engines.versions import package_version
@@ -39,8 +40,6 @@ from trt_spec.layout import logs_dir, trtllm_checkpoint_dir
 from trt_spec.spec import Spec
 
 CONVERTER_VERSION = 1  # bump when the output for the same inputs changes
-# TensorRT-LLM 1.2.x builds both with its LLaMAForCausalLM (its MODEL_MAP).
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM")
 # ModelOpt's decoder family for both.
 MODELOPT_DECODER = "llama"
 # Loggers whose records belong in the conversion log, not on the terminal.

@@ -25,13 +25,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from trt_spec.checkpoints.config import ModelInfo
+from trt_spec.gpus import GPUS
 
 MIB = 1024**2
 GIB = 1024**3
-
-# Total memory as `nvidia-smi --query-gpu=memory.total` reports it: 81,559 MiB on an H100 SXM
-# ("NVIDIA H100 80GB HBM3"), 143,771 MiB on an H200.
-GPU_CAPACITY_BYTES = {"h100": 81_559 * MIB, "h200": 143_771 * MIB}
 
 RUNTIME_OVERHEAD_BYTES = 1 * GIB  # per engine per GPU: CUDA context, cuBLAS and NCCL workspaces
 HEADROOM_FRACTION = 0.05  # of each GPU, never planned for
@@ -164,7 +161,7 @@ def place(gpu: str, target: EngineMemory, draft: EngineMemory, tokens_per_sequen
 
     The budget may come out zero or negative; the caller decides what is an error.
     """
-    capacity = GPU_CAPACITY_BYTES[gpu]
+    capacity = GPUS[gpu].memory_bytes
     headroom = int(capacity * HEADROOM_FRACTION)
     budgets = []
     for index in range(target.tp_size):
