@@ -2,7 +2,7 @@
 made from tallies (in-process: a fixed K or adaptive K; through a server: one K, temperature and
 concurrency).
 
-Each row's ``to_json()`` is a row of ``trt-spec bench --json``. Every row has the keys the README
+Each row's ``to_json()`` is a row of ``trt-spec bench --json``. Every row has the keys docs/commands.md
 lists for ``bench``: ``k``, ``temperature``, ``adaptive``, ``tokens_per_s``,
 ``baseline_tokens_per_s``, ``speedup``, ``acceptance_rate`` (accepted / drafted), ``alpha``
 (accepted / (accepted + rejections)), ``tokens_per_target_call``,

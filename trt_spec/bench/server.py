@@ -4,7 +4,7 @@ on the same server, at concurrency 1 and N, over gRPC streaming.
 Per configuration (K, temperature, concurrency) every packaged prompt is sent, speculative and
 plain interleaved prompt by prompt (at concurrency N, in alternating batches), so a shared
 machine's drift hits both alike. Reported per row (:class:`~trt_spec.bench.rows.ServerRow`), with
-the keys the README lists for ``bench --url``: tokens per second (all tokens / wall time), time
+the keys docs/clients.md lists for ``bench --url``: tokens per second (all tokens / wall time), time
 to first token and inter-token latency (medians over requests: first response minus send; (last -
 first response) / tokens after the first response), acceptance, tokens per target call.
 

@@ -27,7 +27,7 @@ FLOP/s / HBM bytes/s (~295 FLOP/byte on an H100 SXM, ~206 on an H200). The roofl
 max of the two, so a batch x (K + 1) past the ridge point shows as a verify cost ratio above 1.
 
 It is a projection, not a measurement: peak bandwidth and FLOP/s, no kernel-launch or other fixed
-per-step cost, no loop or Triton overhead, acceptance independent of position. README, "What to
+per-step cost, no loop or Triton overhead, acceptance independent of position. docs/gpu.md, "What to
 expect on a GPU (projection)", lists the assumptions.
 """
 
@@ -283,7 +283,7 @@ def render_projection(projection: Projection) -> list[str]:
     best = projection.best
     lines = [
         f"projection on {gpu.name} ({gpu.hbm_bytes_per_s / TERA:.2f} TB/s HBM): a memory-bandwidth model of the "
-        "decode steps, not a measurement (README: What to expect on a GPU)",
+        "decode steps, not a measurement (docs/gpu.md: What to expect on a GPU)",
         f"  per step and GPU at {projection.context:,} cached tokens, batch {projection.batch}: target (tp "
         f"{projection.target_tp}) reads {_gb(target.weight_bytes)} weights + {_gb(target.kv_bytes)} KV -> "
         f"{target.memory_s(gpu) * 1e3:.3f} ms"
