@@ -189,13 +189,13 @@ def written_configs() -> dict[str, dict]:
     from google.protobuf.json_format import MessageToDict
 
     from trt_spec.plan import make_plan
-    from trt_spec.repository import configs
+    from trt_spec.repository import flavors
     from trt_spec.spec import load_spec
 
-    settings = configs.settings_from_plan(make_plan(load_spec(EXAMPLES / "pystdlib-demo.yaml")), flavor="tensorrtllm")
+    settings = flavors.settings_from_plan(make_plan(load_spec(EXAMPLES / "pystdlib-demo.yaml")), flavor="tensorrtllm")
     result = {}
     for role in ("target", "draft"):
-        config = MessageToDict(configs.engine_config(settings, role), preserving_proto_field_name=True)
+        config = MessageToDict(flavors.engine_config(settings, role), preserving_proto_field_name=True)
         for key in GUIDED_KEYS:  # until the writer writes them everywhere: required by the backend
             config["parameters"].setdefault(key, {"string_value": ""})
         result[role] = config

@@ -21,7 +21,7 @@ import torch
 from conftest import EXAMPLES, greedy_reference, serve_emulated
 from test_twin import PROMPT, tiny_llama
 
-from trt_spec.repository import configs
+from trt_spec.repository import flavors
 from trt_spec.runtime import engine_interface
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.penalties import ENGINE_DEFAULT_PENALTIES, Penalties, adjusted_scores
@@ -165,13 +165,13 @@ def settings():
     from trt_spec.spec import load_spec
 
     plan = make_plan(load_spec(EXAMPLES / "pystdlib-demo.yaml"))
-    return {flavor: configs.settings_from_plan(plan, flavor=flavor) for flavor in FLAVORS}
+    return {flavor: flavors.settings_from_plan(plan, flavor=flavor) for flavor in FLAVORS}
 
 
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_engine_configs_declare_upstreams_inputs_and_outputs(settings, flavor):
-    target = configs.engine_config(settings[flavor], "target")
-    draft = configs.engine_config(settings[flavor], "draft")
+    target = flavors.engine_config(settings[flavor], "target")
+    draft = flavors.engine_config(settings[flavor], "draft")
     assert _rows(target.input) == _declared(UPSTREAM_INPUTS)
     drafts = {T.DRAFT_INPUT_IDS.name, T.DRAFT_LOGITS.name}
     assert _rows(draft.input) == [row for row in _declared(UPSTREAM_INPUTS) if row[0] not in drafts]

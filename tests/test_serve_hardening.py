@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from conftest import QUICK_MODELS, broken_repo, http_status, quick_repository, stub_alive
 
 from trt_spec.cli import main
-from trt_spec.cli.serve_cmds import default_log_file
 from trt_spec.errors import ServerError
+from trt_spec.serving.serve import default_log_file
 from trt_spec.serving.server import (
     ADMIN_HEADER,
     RESTRICTABLE_APIS,

@@ -17,12 +17,13 @@ import pytest
 from click.testing import CliRunner
 from conftest import EXAMPLES
 
-from trt_spec.cli import main, serve_cmds
+from trt_spec.cli import main
 from trt_spec.engines.versions import installed_versions
 from trt_spec.errors import EngineNotFoundError, EngineVersionMismatch, RepositoryError, ServerError
 from trt_spec.plan import make_plan
-from trt_spec.repository import configs
+from trt_spec.repository import configs, flavors
 from trt_spec.runtime import tensors as T
+from trt_spec.serving import serve as orchestration
 from trt_spec.serving.server import free_port, server_command
 from trt_spec.serving.trtllm import EngineModel, check_engines, engine_models, orchestrator_command
 from trt_spec.spec import load_spec
@@ -96,7 +97,7 @@ def _records(path: Path) -> list[dict]:
 def _settings(tmp_path, monkeypatch, target_tp: int = 4) -> configs.RepositorySettings:
     """The 70B/1B example's tensorrtllm settings, engines mounted under tmp_path, target at ``target_tp``."""
     monkeypatch.chdir(tmp_path)
-    settings = configs.settings_from_plan(
+    settings = flavors.settings_from_plan(
         make_plan(load_spec(EXAMPLES / "llama70b-1b-4xh100.yaml")),
         flavor="tensorrtllm",
         engines_mount=tmp_path / "engines",
@@ -109,7 +110,7 @@ def _engine_repo(tmp_path, monkeypatch, *, target_tp: int = 4, manifest: dict | 
     settings = _settings(tmp_path, monkeypatch, target_tp)
     repo = tmp_path / "repo"
     for role in ("target", "draft"):
-        configs.write_config(configs.engine_config(settings, role), repo)
+        configs.write_config(flavors.engine_config(settings, role), repo)
         engine_dir = Path(settings.engine(role).engine_dir)
         engine_dir.mkdir(parents=True)
         if manifest is not None:
@@ -129,7 +130,7 @@ def _params(config) -> dict[str, str]:
 def test_target_ranks_take_gpus_from_0_and_the_tp1_draft_shares_gpu_0(tmp_path, monkeypatch, target_tp, target_gpus):
     settings = _settings(tmp_path, monkeypatch, target_tp)
     assert settings.draft.tp_size == 1
-    target, draft = configs.engine_config(settings, "target"), configs.engine_config(settings, "draft")
+    target, draft = flavors.engine_config(settings, "target"), flavors.engine_config(settings, "draft")
     assert _params(target)["gpu_device_ids"] == target_gpus
     assert _params(draft)["gpu_device_ids"] == "0"  # beside target rank 0, where the memory plan puts it
     for config in (target, draft):
@@ -152,7 +153,7 @@ def test_engine_models_are_read_from_the_written_configs(tmp_path, monkeypatch):
 
 def test_a_torch_flavor_repository_has_no_engine_models(tmp_path, monkeypatch):
     settings = dataclasses.replace(_settings(tmp_path, monkeypatch), flavor="torch")
-    for config in configs.all_configs(settings).values():
+    for config in flavors.model_configs(settings).values():
         configs.write_config(config, tmp_path / "repo")
     assert engine_models(tmp_path / "repo") == []
 
@@ -287,7 +288,7 @@ def test_server_command_for_engine_models_is_orchestrator_mode(tmp_path, monkeyp
 
 def test_server_command_without_engine_models_is_unchanged(tmp_path, monkeypatch, fake_bin):
     settings = dataclasses.replace(_settings(tmp_path, monkeypatch), flavor="torch")
-    for config in configs.all_configs(settings).values():
+    for config in flavors.model_configs(settings).values():
         configs.write_config(config, tmp_path / "repo")
     monkeypatch.delenv("TRTLLM_ORCHESTRATOR", raising=False)
     command = server_command(tmp_path / "repo", host="127.0.0.1", http_port=1, grpc_port=2, metrics_port=3)
@@ -317,7 +318,7 @@ def test_engine_models_without_mpirun_get_one_clear_error(tmp_path, monkeypatch,
 
 def test_cli_refuses_engines_of_another_version_before_starting_anything(tmp_path, monkeypatch, fake_bin):
     repo = _engine_repo(tmp_path, monkeypatch)
-    monkeypatch.setattr(serve_cmds, "installed_versions", lambda: {**BUILT_WITH, "tensorrt_llm_version": "1.2.1"})
+    monkeypatch.setattr(orchestration, "installed_versions", lambda: {**BUILT_WITH, "tensorrt_llm_version": "1.2.1"})
     result = CliRunner().invoke(main, ["serve", "--repo", str(repo)])
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
@@ -329,10 +330,10 @@ def test_cli_refuses_engines_of_another_version_before_starting_anything(tmp_pat
 def test_cli_skip_version_check_starts_with_other_versions(tmp_path, monkeypatch, fake_bin):
     """With the flag the check gives way; the server start then fails on purpose (a port is taken)."""
     repo = _engine_repo(tmp_path, monkeypatch, manifest=None)
-    monkeypatch.setattr(serve_cmds, "installed_versions", lambda: dict(BUILT_WITH))
+    monkeypatch.setattr(orchestration, "installed_versions", lambda: dict(BUILT_WITH))
     refused = CliRunner().invoke(main, ["serve", "--repo", str(repo)])
     assert refused.exit_code == 1 and "manifest.json is missing" in refused.output
-    monkeypatch.setattr(serve_cmds, "TritonServer", _NoServer)
+    monkeypatch.setattr(orchestration, "TritonServer", _NoServer)
     started = CliRunner().invoke(main, ["serve", "--repo", str(repo), "--skip-version-check"])
     assert started.exit_code == 1 and "no server in this test" in started.output
 

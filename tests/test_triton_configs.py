@@ -17,7 +17,7 @@ from tritonclient.grpc import model_config_pb2
 from trt_spec.errors import EngineMismatchError, RepositoryError
 from trt_spec.layout import engine_dir
 from trt_spec.plan import engine_max_input_len, make_plan
-from trt_spec.repository import configs
+from trt_spec.repository import configs, flavors
 from trt_spec.repository.writer import write_repository
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.parameters import (
@@ -136,7 +136,7 @@ OUR_ENSEMBLE_OUTPUTS = [("num_target_calls", "TYPE_INT32", [1])]
 
 
 def test_ensemble_matches_the_design_contract(demo_spec):
-    config = configs.ensemble_config(configs.settings_from_plan(make_plan(demo_spec)))
+    config = configs.ensemble_config(flavors.settings_from_plan(make_plan(demo_spec)))
     assert config.max_batch_size > 0
     inputs = {i.name: i for i in config.input}
     assert [
@@ -160,7 +160,7 @@ def test_ensemble_matches_the_design_contract(demo_spec):
 
 
 def test_step_maps_name_real_tensors_of_each_model(demo_spec):
-    models = configs.all_configs(configs.settings_from_plan(make_plan(demo_spec)))
+    models = flavors.model_configs(flavors.settings_from_plan(make_plan(demo_spec)))
     for step in models[T.ENSEMBLE].ensemble_scheduling.step:
         model = models[step.model_name]
         assert set(step.input_map) <= {i.name for i in model.input}
@@ -174,9 +174,9 @@ def test_tensorrtllm_engine_configs_carry_the_backend_parameters(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     spec = load_spec(ROOT / "examples" / "llama70b-1b-4xh100.yaml")
     plan = make_plan(spec)
-    settings = configs.settings_from_plan(plan, flavor="tensorrtllm", engines_mount="/engines")
-    target = configs.engine_config(settings, "target")
-    draft = configs.engine_config(settings, "draft")
+    settings = flavors.settings_from_plan(plan, flavor="tensorrtllm", engines_mount="/engines")
+    target = flavors.engine_config(settings, "target")
+    draft = flavors.engine_config(settings, "draft")
     for config, role in ((target, "target"), (draft, "draft")):
         params = _params(config)
         assert config.backend == "tensorrtllm"
@@ -218,10 +218,10 @@ def test_kv_fraction_admits_the_token_budget_in_any_load_order(tmp_path, monkeyp
 
 
 def test_torch_flavor_engines_are_python_models_with_the_same_tensors(demo_spec):
-    settings = configs.settings_from_plan(make_plan(demo_spec), flavor="torch")
-    trtllm = configs.settings_from_plan(make_plan(demo_spec), flavor="tensorrtllm")
+    settings = flavors.settings_from_plan(make_plan(demo_spec), flavor="torch")
+    trtllm = flavors.settings_from_plan(make_plan(demo_spec), flavor="tensorrtllm")
     for role in ("target", "draft"):
-        torch_config, trt_config = configs.engine_config(settings, role), configs.engine_config(trtllm, role)
+        torch_config, trt_config = flavors.engine_config(settings, role), flavors.engine_config(trtllm, role)
         assert torch_config.backend == "python"
         assert list(torch_config.input) == list(trt_config.input)
         assert list(torch_config.output) == list(trt_config.output)
@@ -343,7 +343,7 @@ def test_bad_config_fails_when_generated_not_when_loaded():
 
 
 def test_write_config_is_atomic_and_round_trips(demo_spec, tmp_path):
-    config = configs.postprocessing_config(configs.settings_from_plan(make_plan(demo_spec)))
+    config = configs.postprocessing_config(flavors.settings_from_plan(make_plan(demo_spec)))
     path = configs.write_config(config, tmp_path)
     assert path == tmp_path / T.POSTPROCESSING / "config.pbtxt"
     assert configs.read_config(path) == config
@@ -352,15 +352,15 @@ def test_write_config_is_atomic_and_round_trips(demo_spec, tmp_path):
 
 def test_torch_flavor_runtime_options_reach_the_configs(demo_spec):
     plan = make_plan(demo_spec)
-    settings = configs.settings_from_plan(plan, flavor="torch", torch_threads=2, adaptive_draft=True)
-    models = configs.all_configs(settings)
+    settings = flavors.settings_from_plan(plan, flavor="torch", torch_threads=2, adaptive_draft=True)
+    models = flavors.model_configs(settings)
     for name in (T.TARGET, T.DRAFT):
         params = _params(models[name])
         assert params["torch_threads"] == "2"
     loop = _params(models[T.LOOP])
     assert loop["adaptive_draft"] == "true"
     assert loop["use_draft_logits"] == "true"  # the twin can always return its logits
-    greedy_engines = _params(configs.loop_config(configs.settings_from_plan(plan, flavor="tensorrtllm")))
+    greedy_engines = _params(configs.loop_config(flavors.settings_from_plan(plan, flavor="tensorrtllm")))
     assert greedy_engines["use_draft_logits"] == "false"  # built without generation logits
 
 
@@ -434,7 +434,7 @@ PARAMETER_CLASSES = {
 
 @pytest.mark.parametrize("flavor", ["torch", "tensorrtllm"])
 def test_each_models_parameters_parse_into_its_typed_class(demo_spec, flavor):
-    models = configs.all_configs(configs.settings_from_plan(make_plan(demo_spec), flavor=flavor))
+    models = flavors.model_configs(flavors.settings_from_plan(make_plan(demo_spec), flavor=flavor))
     assert {name for name, config in models.items() if config.parameters} == set(PARAMETER_CLASSES[flavor])
     for name, cls in PARAMETER_CLASSES[flavor].items():
         # The dict Triton hands a python model's initialize() (json.loads(args["model_config"])).

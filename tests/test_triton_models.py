@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trt_spec.repository import configs
+from trt_spec.repository import configs, flavors
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.parameters import ModelParameters, PostprocessingParameters, PreprocessingParameters
 from trt_spec.runtime.text import decode, text_delta
@@ -355,7 +355,7 @@ def test_model_tensor_names_match_the_generated_configs(pre):
     from trt_spec.spec import load_spec
 
     plan = make_plan(load_spec(ROOT / "examples" / "pystdlib-demo.yaml"))
-    config = configs.preprocessing_config(configs.settings_from_plan(plan))
+    config = configs.preprocessing_config(flavors.settings_from_plan(plan))
     parameters = {key: {"string_value": value.string_value} for key, value in config.parameters.items()}
     limits = PreprocessingParameters.from_config({"name": config.name, "parameters": parameters})
     assert limits.max_draft_len == plan.spec.num_draft_tokens

@@ -3,57 +3,16 @@ SIGTERM or Ctrl-C."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
 import sys
-import tempfile
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from trt_spec.cli.common import read_spec, spec_option
-from trt_spec.engines.versions import installed_versions
 from trt_spec.errors import ServerError
-from trt_spec.repository.configs import FLAVORS
-from trt_spec.runtime import tensors as T
-from trt_spec.serving.server import (
-    DEFAULT_PORTS,
-    RESTRICTABLE_APIS,
-    Supervisor,
-    TritonServer,
-    parse_client_apis,
-    require_engine_server,
-)
-from trt_spec.serving.trtllm import check_engines, engine_models
-
-if TYPE_CHECKING:
-    from trt_spec.serving.openai import OpenAIServer
-
-OPENAI_EXTRA_HINT = "pip install 'trt-spec[openai]'"
-
-
-class _Stop(BaseException):
-    """Raised by the signal handler; not an Exception, so nothing on the way swallows it."""
-
-
-# The server being served; a second SIGTERM/SIGINT while the first one's stop runs kills it at once.
-_serving: list[TritonServer] = []
-_signals: list[int] = []
-
-
-def _raise_stop(signum, frame) -> None:
-    _signals.append(signum)
-    if len(_signals) == 1:
-        raise _Stop()
-    # A second signal: a bounded hard stop that still leaves no process or shared memory behind.
-    for server in _serving:
-        server.kill()
-    click.echo("stopped hard (a second signal during the stop)", err=True)
-    sys.stderr.flush()
-    os._exit(1)
+from trt_spec.repository.flavors import FLAVORS
+from trt_spec.serving.serve import OPENAI_EXTRA_HINT, ServeOptions, serve_repository
+from trt_spec.serving.server import DEFAULT_PORTS, RESTRICTABLE_APIS, parse_client_apis
 
 
 @click.command()
@@ -206,163 +165,46 @@ def serve(
         clash = [name for name, port in taken.items() if port == openai_port and openai_host == host]
         if clash:
             raise click.UsageError(f"--openai-port {openai_port} is also {clash[0]}: choose another port")
-        _require_openai()
-    if not emulate_tensorrtllm:  # emulated: the backend emulator checks the engine models' configs itself
-        engines = engine_models(repo)
-        require_engine_server(Path(repo), engines)
-        for warning in check_engines(engines, installed_versions(), compare_versions=not skip_version_check):
-            click.echo(f"warning: {warning}", err=True)
-    _signals.clear()
-    _serving.clear()
-    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    workdir = None
-    try:
-        served = Path(repo)
-        if emulate_tensorrtllm:
-            from trt_spec.serving.emulation import emulated_models, emulated_repository
-
-            workdir = Path(tempfile.mkdtemp(prefix="trt-spec-emulated-"))
-            served = emulated_repository(served, read_spec(spec_path), workdir)
-            click.echo(
-                f"note: {', '.join(emulated_models(served))}: the TensorRT-LLM engines are emulated on CPU "
-                "(the spec's checkpoints in the backend emulator); engine directories, versions and orchestrator "
-                "mode are not checked",
-                err=True,
-            )
-        openai = None
-        if openai_port is not None:
-            name = openai_model_name or (read_spec(spec_path).name if spec_path else Path(repo).resolve().name)
-            openai = _OpenAIEndpoint(served, name, openai_host, openai_port)
-        log_path = Path(log_file) if log_file else default_log_file(Path(repo))
-        click.echo(f"log: {log_path.resolve()}", err=True)
-        _serve(
-            TritonServer(
-                served,
-                host=host,
-                http_port=http_port,
-                grpc_port=grpc_port,
-                metrics_port=metrics_port,
-                ready_timeout_s=ready_timeout,
-                log_file=log_path,
-                client_apis=client_apis,
-            ),
-            openai,
+    serve_repository(
+        ServeOptions(
+            repo=Path(repo),
+            host=host,
+            grpc_port=grpc_port,
+            http_port=http_port,
+            metrics_port=metrics_port,
+            ready_timeout_s=ready_timeout,
+            skip_version_check=skip_version_check,
+            emulate_spec=spec_path if emulate_tensorrtllm else None,
+            openai_port=openai_port,
+            openai_host=openai_host,
+            openai_model_name=openai_model_name,
+            log_file=Path(log_file) if log_file else None,
             drain_timeout_s=drain_timeout,
-        )
-    except _Stop:
-        pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if workdir is not None:
-            shutil.rmtree(workdir, ignore_errors=True)
+            client_apis=client_apis,
+        ),
+        say=_say,
+        ready=_ready,
+    )
     click.echo("stopped", err=True)
 
 
-def default_log_file(repo: Path) -> Path:
-    """Where Triton's log goes without --log-file: ``logs/`` beside the repository (the
-    repository's parent directory), one file per run, named after the repository, the start time
-    and this process; never removed by trt-spec."""
-    repo = repo.resolve()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return repo.parent / "logs" / f"tritonserver-{repo.name}-{stamp}-{os.getpid()}.log"
-
-
-def _say(message: str) -> None:
-    """One supervision event on stderr, flushed (an operator's log collector reads it live)."""
-    click.echo(f"supervisor: {message}", err=True)
+def _say(line: str) -> None:
+    """One status line of `serve` on stderr, flushed (an operator's log collector reads it live)."""
+    click.echo(line, err=True)
     sys.stderr.flush()
 
 
-def _require_openai() -> None:
-    """The OpenAI endpoint's libraries, checked before Triton starts.
-
-    Raises:
-        ServerError: fastapi or uvicorn is missing, naming the install command.
-    """
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as exc:
-        raise ServerError(
-            f"--openai-port needs {exc.name or 'fastapi and uvicorn'}, which is not installed: {OPENAI_EXTRA_HINT}"
-        ) from None
-
-
-class _OpenAIEndpoint:
-    """What --openai-port starts once Triton is ready (the module is imported only then)."""
-
-    def __init__(self, repo: Path, model_name: str, host: str, port: int):
-        self.repo, self.model_name, self.host, self.port = repo, model_name, host, port
-
-    def start(self, triton: TritonServer, drain_timeout_s: float) -> OpenAIServer:
-        from trt_spec.serving.openai import OpenAIServer, tokenizer_dir_of
-
-        return OpenAIServer(
-            triton.grpc_url,
-            tokenizer_dir_of(self.repo),
-            self.model_name,
-            host=self.host,
-            port=self.port,
-            drain_timeout_s=max(drain_timeout_s, 1.0),
-        ).start()
-
-
-# The clients' entry points, unloaded first on a drain; the models they call stay until the stop.
-ENTRY_MODELS = (T.ENSEMBLE, T.BLS, T.TRTLLM_PREPROCESSING, T.TRTLLM_POSTPROCESSING)
-
-
-def _drain(server: TritonServer, endpoint: OpenAIServer | None, timeout_s: float) -> None:
-    """Refuse new requests at once (readiness off) and let those in flight finish, ``timeout_s`` at most."""
-    click.echo(f"draining: new requests are refused; those in flight have {timeout_s:g} s to finish", err=True)
-    sys.stderr.flush()
-    if endpoint is not None:
-        endpoint.begin_stop()
-    try:
-        busy = server.drain(ENTRY_MODELS, timeout_s)
-    except ServerError as exc:
-        click.echo(f"drain: {exc}; stopping", err=True)
-        return
-    if busy:
-        click.echo(f"drain: requests to {', '.join(busy)} still in flight after {timeout_s:g} s are cut", err=True)
-
-
-def _serve(server: TritonServer, openai: _OpenAIEndpoint | None = None, *, drain_timeout_s: float = 0.0) -> None:
-    """Start ``server`` (and the OpenAI endpoint) under a :class:`Supervisor`, print the ready
-    line, and run until a signal (raises _Stop; requests in flight get ``drain_timeout_s`` to
-    finish) or the end of supervision (the server exited, or its models crashed in a loop)."""
-    endpoint = supervisor = None
-    _serving.append(server)
-    try:
-        server.start()
-        supervisor = Supervisor(server, on_event=_say).start()
-        ready = f"ready grpc={server.grpc_url} http={server.http_url} metrics={server.metrics_url}"
-        if openai is not None:
-            endpoint = openai.start(server, drain_timeout_s)
-            ready += f" openai={endpoint.url}"
-        click.echo(ready)
-        sys.stdout.flush()
-        failure = supervisor.wait()
-        # Only a failure gets here: a signal raises _Stop out of wait().
-        raise ServerError(failure or f"supervision of tritonserver ended (log: {server.log_path})")
-    except _Stop:
-        if drain_timeout_s > 0 and supervisor is not None:  # the server was up
-            supervisor.stop(timeout_s=0)
-            _drain(server, endpoint, drain_timeout_s)
-        raise
-    finally:
-        if supervisor is not None:
-            supervisor.stop(timeout_s=0)  # no recovery from now on; the server's stop ends its calls
-        if endpoint is not None:  # first: its open requests are cancelled while Triton still answers
-            endpoint.stop()
-        server.stop(keep_log=True)
+def _ready(line: str) -> None:
+    """The `ready` line on stdout, flushed (a script waits for it)."""
+    click.echo(line)
+    sys.stdout.flush()
 
 
 @click.command()
 @spec_option
 @click.option(
     "--flavor",
-    type=click.Choice(FLAVORS),
+    type=click.Choice(tuple(FLAVORS)),
     default=None,
     help="tensorrtllm: TensorRT-LLM engines (GPU); torch: the PyTorch twin of the engines (CPU or GPU). "
     "Default: the spec's triton.flavor.",

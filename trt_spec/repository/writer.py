@@ -20,7 +20,7 @@ from trt_spec import atomic, runtime
 from trt_spec.errors import RepositoryError
 from trt_spec.layout import model_repo_dir
 from trt_spec.plan import Plan, make_plan
-from trt_spec.repository import configs
+from trt_spec.repository import configs, flavors
 from trt_spec.runtime import tensors as T
 from trt_spec.spec import Spec
 
@@ -32,8 +32,6 @@ RUNTIME_COPY = Path("trt_spec") / "runtime"
 RUNTIME_COPY_PACKAGE_FILE = '"""A copy of trt_spec.runtime (only that) for the Triton python models beside it."""\n'
 # Not needed to serve: the model sources themselves (each is copied as its model.py), bytecode.
 RUNTIME_COPY_IGNORE = ("__pycache__", "*.pyc", "models")
-# The torch flavor's two engine models share one source; its config's `role` tells them apart.
-SHARED_SOURCES = {(T.TARGET, "torch"): "torch_engine", (T.DRAFT, "torch"): "torch_engine"}
 # What AutoTokenizer may read; whichever of these the checkpoint has is copied.
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -57,11 +55,6 @@ class RepositoryResult:
     flavor: str
     models: list[str] = field(default_factory=list)  # config and (python) sources
     notes: list[str] = field(default_factory=list)  # for the caller to show; the library never prints
-
-
-def source_dir(model: str, flavor: str) -> Path:
-    """The packaged ``model.py`` folder of a python model."""
-    return MODELS_SOURCE_DIR / SHARED_SOURCES.get((model, flavor), model)
 
 
 def copy_runtime(version_dir: Path) -> None:
@@ -108,22 +101,22 @@ def write_repository(
         NotDownloadedError: the target is a Hub model that has not been downloaded.
     """
     plan = plan or make_plan(spec)
-    flavor = flavor or spec.triton.flavor
+    chosen = flavors.get(flavor or spec.triton.flavor)
     tokenizer_source = Path(tokenizer_dir) if tokenizer_dir else hf_checkpoint_dir(spec, "target")
     hf_dirs = {"target": str(tokenizer_source)}
-    # The twin runs the draft's checkpoint: for the torch flavor it must be there (downloaded).
-    if flavor == "torch" or spec.draft.local_dir(spec.source_dir) is not None:
+    # A flavor that runs the draft's checkpoint needs it there (downloaded).
+    if chosen.needs_draft_checkpoint or spec.draft.local_dir(spec.source_dir) is not None:
         hf_dirs["draft"] = str(hf_checkpoint_dir(spec, "draft"))
-    settings = configs.settings_from_plan(
+    settings = flavors.settings_from_plan(
         plan,
-        flavor=flavor,
+        flavor=chosen.name,
         engines_mount=engines_mount,
         hf_model_dirs=hf_dirs,
         adaptive_draft=adaptive_draft,
         torch_threads=torch_threads,
     )
-    notes = configs.check_engines(plan, settings) if flavor == "tensorrtllm" else []
-    model_configs = configs.all_configs(settings)
+    notes = chosen.check(plan, settings)
+    model_configs = chosen.model_configs(settings)
     tokenizer_files = [tokenizer_source / name for name in TOKENIZER_FILES if (tokenizer_source / name).is_file()]
     if not any(path.name in ("tokenizer.json", "tokenizer.model", "vocab.json") for path in tokenizer_files):
         raise RepositoryError(
@@ -133,7 +126,7 @@ def write_repository(
     final = Path(out_dir) if out_dir is not None else model_repo_dir(spec)
     final = final.resolve()
     _check_replaceable(final)
-    result = RepositoryResult(path=final, flavor=flavor, notes=notes)
+    result = RepositoryResult(path=final, flavor=chosen.name, notes=notes)
     with atomic.staged_dir(final) as partial:
         for name, config in model_configs.items():
             configs.write_config(config, partial)
@@ -145,7 +138,7 @@ def write_repository(
                 continue
             version = partial / name / "1"
             version.mkdir(parents=True)
-            shutil.copy2(source_dir(name, flavor) / "model.py", version / "model.py")
+            shutil.copy2(MODELS_SOURCE_DIR / chosen.source(name) / "model.py", version / "model.py")
             copy_runtime(version)
             if name in TOKENIZER_MODELS:
                 (version / configs.TOKENIZER_SUBDIR).mkdir()
@@ -154,11 +147,7 @@ def write_repository(
             result.models.append(name)
         if (final / KEPT_FILE).is_file():
             shutil.copy2(final / KEPT_FILE, partial / KEPT_FILE)
-    if flavor == "torch":
-        result.notes.append(
-            f"torch flavor: the engine models run the Hugging Face checkpoints {hf_dirs.get('target')} and "
-            f"{hf_dirs.get('draft')} in PyTorch (CPU, or CUDA when present); serve with `trt-spec serve --repo {final}`"
-        )
+    result.notes += chosen.notes(settings, final)
     return result
 
 

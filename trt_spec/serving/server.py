@@ -614,11 +614,11 @@ class TritonServer:
         """Whether the model's config says ``model_transaction_policy { decoupled: true }``."""
         if name not in self._decoupled:
             from google.protobuf import text_format
-            from tritonclient.grpc import model_config_pb2
 
-            path = self.repo / name / "config.pbtxt"
+            from trt_spec.repository.configs import read_config
+
             try:
-                config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+                config = read_config(self.repo / name / "config.pbtxt")
             except (OSError, text_format.ParseError):
                 return False
             self._decoupled[name] = config.model_transaction_policy.decoupled

@@ -45,11 +45,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
 
 from trt_spec.engines.manifest import MANIFEST, read_manifest
 from trt_spec.engines.versions import VERSION_PACKAGES
 from trt_spec.errors import EngineNotFoundError, EngineVersionMismatch, RepositoryError
+from trt_spec.repository.configs import read_config
 
 BACKEND = "tensorrtllm"
 # The two parameters serving reads of an engine model's config (fields of
@@ -84,7 +84,7 @@ def engine_models(repo: str | Path) -> list[EngineModel]:
     for path in sorted(Path(repo).glob("*/config.pbtxt")):
         try:
             # Unknown fields are the server's business (a newer Triton may know them), not ours.
-            config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig(), allow_unknown_field=True)
+            config = read_config(path, allow_unknown_fields=True)
         except (OSError, text_format.ParseError) as exc:
             raise RepositoryError(
                 f"cannot read {path}: {exc}; rewrite the repository with `trt-spec repo --spec F`"

@@ -1,0 +1,161 @@
+"""Flavors: what runs the two engines of a repository, as a registry.
+
+A flavor decides the engine models (``tensorrt_llm`` and ``tensorrt_llm_draft``: their configs and,
+for python models, their source), adaptive K's step costs on its hardware, whether its engines
+give the draft's logits for sampled verification, what it checks before writing (built engines
+against the spec) and what it tells the user after. Everything else of the repository (the
+pipeline around the engines) is the same for every flavor (:func:`configs.pipeline_configs`),
+unless a flavor replaces it (:meth:`Flavor.model_configs`).
+
+Each module of this package that defines ``FLAVOR`` (a :class:`Flavor`) is a flavor: adding one is
+one new module here (docs/contributing.md, "Adding a flavor"). The spec names the flavor
+(``triton.flavor``); the names here and the spec's choices are the same (a test says so).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+from typing import ClassVar
+
+from trt_spec.errors import RepositoryError
+from trt_spec.layout import ROLES, engine_dir
+from trt_spec.plan import Plan
+from trt_spec.repository import configs
+from trt_spec.repository.configs import EngineSettings, ModelConfig, RepositorySettings
+from trt_spec.runtime import tensors as T
+from trt_spec.runtime.costs import StepCosts
+
+ENGINE_MODELS = {"target": T.TARGET, "draft": T.DRAFT}  # role -> engine model name
+
+
+class Flavor:
+    """One way to run the engines. Subclasses set the class attributes and the engine config."""
+
+    name: ClassVar[str]  # the spec's triton.flavor value
+    summary: ClassVar[str]  # one line: what runs the engines, and where
+    needs_draft_checkpoint: ClassVar[bool] = False  # the engines read the draft's HF checkpoint
+    engine_source: ClassVar[str | None] = None  # the packaged model.py folder of python engine models
+
+    def step_costs(self, plan: Plan) -> StepCosts:
+        """Adaptive K's fixed step costs on this flavor's hardware (fixed: runtime/costs.py says why)."""
+        raise NotImplementedError
+
+    def gives_draft_logits(self, acceptance: str) -> bool:
+        """Whether sampled requests can verify with the draft's logits (else the target matches tokens)."""
+        raise NotImplementedError
+
+    def engine_config(self, settings: RepositorySettings, role: str) -> ModelConfig:
+        """The engine model of ``role`` ("target" or "draft")."""
+        raise NotImplementedError
+
+    def model_configs(self, settings: RepositorySettings) -> dict[str, ModelConfig]:
+        """Every model of the repository, by name: the shared pipeline around this flavor's engines."""
+        engines = {ENGINE_MODELS[role]: self.engine_config(settings, role) for role in ROLES}
+        return configs.pipeline_configs(settings, engines)
+
+    def source(self, model: str) -> str:
+        """The packaged folder (under ``trt_spec/runtime/models/``) of a python model's ``model.py``."""
+        return self.engine_source if self.engine_source and model in ENGINE_MODELS.values() else model
+
+    def check(self, plan: Plan, settings: RepositorySettings) -> list[str]:
+        """Cross-check what was built for the spec before writing; notes for the caller to show.
+
+        Raises:
+            EngineMismatchError: a built artefact disagrees with the spec.
+        """
+        return []
+
+    def notes(self, settings: RepositorySettings, repo: Path) -> list[str]:
+        """What to tell the user about the written repository."""
+        return []
+
+
+def _discover() -> dict[str, Flavor]:
+    found: dict[str, Flavor] = {}
+    for module in pkgutil.iter_modules(__path__):
+        flavor = getattr(importlib.import_module(f"{__name__}.{module.name}"), "FLAVOR", None)
+        if isinstance(flavor, Flavor):
+            found[flavor.name] = flavor
+    return dict(sorted(found.items()))
+
+
+FLAVORS: dict[str, Flavor] = _discover()
+
+
+def get(name: str) -> Flavor:
+    """The flavor called ``name``.
+
+    Raises:
+        RepositoryError: no such flavor (names the choices).
+    """
+    try:
+        return FLAVORS[name]
+    except KeyError:
+        raise RepositoryError(f"flavor must be one of {', '.join(FLAVORS)}; got {name!r}") from None
+
+
+def settings_from_plan(
+    plan: Plan,
+    *,
+    flavor: str | None = None,
+    engines_mount: str | Path | None = None,
+    hf_model_dirs: dict[str, str] | None = None,
+    adaptive_draft: bool = False,
+    torch_threads: int = 1,
+) -> RepositorySettings:
+    """The repository's settings from the plan alone, in ``flavor`` (default: the spec's).
+
+    ``engines_mount``: the spec's ``paths.engines`` as the serving machine sees it (e.g. a
+    container mount point); default: the absolute local path. ``adaptive_draft``: the loop's
+    default for requests that do not say. ``torch_threads``: the torch flavor's intra-op threads
+    per engine model (0 = torch's default). One by default: a request keeps one engine busy at a
+    time, the server's other processes (loop, postprocessing, Triton itself) need the remaining
+    cores, and idle OpenMP threads spin-waiting on a shared CPU slow everything else down.
+
+    Raises:
+        RepositoryError: an unknown flavor.
+    """
+    spec = plan.spec
+    chosen = get(flavor or spec.triton.flavor)
+    fractions = configs.kv_cache_fractions(plan)
+    engines = {}
+    for role in ROLES:
+        local = engine_dir(spec, role)
+        served = str(Path(engines_mount) / spec.name / role) if engines_mount is not None else str(local.resolve())
+        engines[role] = EngineSettings(
+            role=role,
+            engine_dir=served,
+            hf_model_dir=(hf_model_dirs or {}).get(role),
+            tp_size=spec.role(role).tp_size,
+            kv_tokens=plan.memory.kv_tokens,
+            kv_fraction=fractions[role],
+        )
+    return RepositorySettings(
+        name=spec.name,
+        flavor=chosen.name,
+        max_batch_size=spec.engine.max_batch_size,
+        max_input_len=spec.engine.max_input_len,
+        max_seq_len=spec.engine.max_seq_len,
+        max_draft_len=spec.num_draft_tokens,
+        default_num_draft_tokens=spec.num_draft_tokens,
+        acceptance=spec.speculative.acceptance,
+        vocab_size=plan.target.model.vocab_size,
+        target=engines["target"],
+        draft=engines["draft"],
+        adaptive_draft=adaptive_draft,
+        torch_threads=torch_threads,
+        step_costs=chosen.step_costs(plan),
+        draft_logits=chosen.gives_draft_logits(spec.speculative.acceptance),
+    )
+
+
+def model_configs(settings: RepositorySettings) -> dict[str, ModelConfig]:
+    """Every model of the repository in the settings' flavor, by name."""
+    return get(settings.flavor).model_configs(settings)
+
+
+def engine_config(settings: RepositorySettings, role: str) -> ModelConfig:
+    """The engine model of ``role`` in the settings' flavor."""
+    return get(settings.flavor).engine_config(settings, role)

@@ -1,0 +1,59 @@
+"""The ``torch`` flavor: the engine models are Triton python models running the PyTorch twin of
+the two Hugging Face checkpoints (``runtime/twin_engine.py``) behind TensorRT-LLM's tensor
+interface, on CPU (or CUDA when present). For development, CI and staging without GPUs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trt_spec.plan import Plan
+from trt_spec.plan.memory import rank_params
+from trt_spec.repository import configs
+from trt_spec.repository.configs import ModelConfig, RepositorySettings
+from trt_spec.repository.flavors import ENGINE_MODELS, Flavor
+from trt_spec.runtime import tensors as T
+from trt_spec.runtime.costs import CPU_VERIFY_SLOPE, StepCosts
+from trt_spec.runtime.parameters import TorchEngineParameters
+
+
+class TorchFlavor(Flavor):
+    name = "torch"
+    summary = "the PyTorch twin of both checkpoints in Triton python models (CPU, or CUDA when present)"
+    needs_draft_checkpoint = True
+    engine_source = "torch_engine"  # both engine models share one source; their config's `role` tells them apart
+
+    def step_costs(self, plan: Plan) -> StepCosts:
+        """t_d / t_1 as the draft's streamed parameters over the target's, and the twin's measured
+        verify slope on a CPU."""
+        draft, target = (rank_params(role.model, 1).streamed for role in (plan.draft, plan.target))
+        return StepCosts.from_parameters(draft, target, verify_slope=CPU_VERIFY_SLOPE)
+
+    def gives_draft_logits(self, acceptance: str) -> bool:
+        return True  # the twin always returns the logits each draft token was drawn from
+
+    def engine_config(self, settings: RepositorySettings, role: str) -> ModelConfig:
+        engine = settings.engine(role)
+        return configs.python_model(
+            ENGINE_MODELS[role],
+            settings,
+            T.TARGET_INPUTS if role == "target" else T.DRAFT_ENGINE_INPUTS,
+            T.ENGINE_OUTPUTS,
+            TorchEngineParameters(
+                role=role,
+                hf_model_dir=engine.hf_model_dir or "",
+                max_seq_len=settings.max_seq_len + (settings.max_draft_len if role == "target" else 0),
+                max_draft_len=settings.max_draft_len if role == "target" else 0,
+                torch_threads=settings.torch_threads,
+                normalize_log_probs=configs.NORMALIZE_LOG_PROBS,
+            ),
+        )
+
+    def notes(self, settings: RepositorySettings, repo: Path) -> list[str]:
+        return [
+            f"torch flavor: the engine models run the Hugging Face checkpoints {settings.target.hf_model_dir} and "
+            f"{settings.draft.hf_model_dir} in PyTorch (CPU, or CUDA when present); serve with "
+            f"`trt-spec serve --repo {repo}`"
+        ]
+
+
+FLAVOR = TorchFlavor()
