@@ -174,7 +174,7 @@ def test_cost_model_fed_measured_step_costs_matches_the_measured_speedup(one_thr
 def test_demo_summary_lines_explain_with_the_same_model():
     """The demo's two lines: the cost model fed this machine's step costs and the run's alpha, and
     the projection for the spec's GPU at that alpha."""
-    from trt_spec.cli.demo_cmds import explain_here, explain_on_gpu
+    from trt_spec.bench.demo import explain_here, explain_on_gpu
 
     times = StepTimes(target_1=0.0095, target_by_num_tokens={5: 0.0189}, draft_by_k={4: 0.0009})
     here = explain_here(1.13, 0.73, 4, times)

@@ -163,7 +163,9 @@ def loop_breakdown(before: dict[str, float] | None, after: dict[str, float] | No
     )
 
 
-def _alpha(before: dict[str, float] | None, after: dict[str, float] | None) -> float | None:
+def run_alpha(before: dict[str, float] | None, after: dict[str, float] | None) -> float | None:
+    """alpha = accepted / (accepted + rejections) between two reads of the metrics; None when
+    unreadable or nothing was drafted."""
     if before is None or after is None:
         return None
     delta = _delta(before, after)
@@ -314,7 +316,7 @@ def _run_config(
                 tally.add_results([result], result.seconds)
         if before is not None:
             breakdown = loop_breakdown({}, before)
-            alpha = _alpha({}, before)
+            alpha = run_alpha({}, before)
     else:
         batches = [("spec", k), ("plain", 0)]
         for round_index in range(2):
@@ -327,7 +329,7 @@ def _run_config(
                 results, seconds = clients.run_batch(prompts, options, concurrency)
                 if snapshot is not None:
                     later = settled_metrics(metrics_url, snapshot, len(prompts))
-                    alpha = _alpha(snapshot, later) if alpha is None else alpha
+                    alpha = run_alpha(snapshot, later) if alpha is None else alpha
                 tally.add_results(results, seconds)
     inprocess = None
     if local_tally.results:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from trt_spec.cli.demo_cmds import DEMO_SPEC
+from trt_spec.cli.common import DEMO_SPEC
 from trt_spec.cli.generate_cmds import choose_mode, load_twin, mode_options
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from trt_spec.cli.common import read_spec, spec_option
-from trt_spec.cli.spec_cmds import render_steps
+from trt_spec.cli.common import read_spec, render_steps, spec_option
 from trt_spec.engines import build as build_lib
 from trt_spec.plan import make_plan
 

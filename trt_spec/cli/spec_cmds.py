@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import shlex
 from importlib import resources
 from pathlib import Path
 
 import click
 
 from trt_spec import atomic
-from trt_spec.cli.common import read_spec, spec_option
+from trt_spec.cli.common import read_spec, render_steps, spec_option
 from trt_spec.plan import Plan, make_plan
 from trt_spec.plan.memory import format_bytes
 from trt_spec.plan.projection import (
@@ -133,20 +132,6 @@ def render_plan(the_plan: Plan, spec_path: str, projection: Projection | None = 
         lines += ["", *render_projection(projection)]
     lines += ["", *render_steps(the_plan, spec_path)]
     return "\n".join(lines)
-
-
-def render_steps(the_plan: Plan, spec_path: str) -> list[str]:
-    """The copy-pasteable commands of a plan: one conversion, then one trtllm-build per engine."""
-    lines = [
-        "# 1. convert both HF checkpoints to TensorRT-LLM checkpoints (CPU; skipped when up to date)",
-        f"trt-spec convert --spec {shlex.quote(spec_path)}",
-    ]
-    for role in ("target", "draft"):
-        convert = the_plan.engine(role).convert
-        lines.append(f"#    {role}: {convert.source} -> {convert.output_dir} (tp {convert.tp_size}, {convert.dtype})")
-    lines.append("# 2. compile the engines (GPU)")
-    lines += [shlex.join(the_plan.engine(role).build_argv) for role in ("target", "draft")]
-    return lines
 
 
 commands = [init, plan]
