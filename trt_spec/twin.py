@@ -1,31 +1,106 @@
 """The PyTorch twin: the draft -> verify loop in-process on a spec's two Hugging Face checkpoints.
 
-:class:`TorchDrafter` and :class:`TorchVerifier` implement the loop's protocol over two
-:class:`~trt_spec.runtime.torch_engine.TorchCausalLM` engines; :class:`TwinPair` loads both
-(plus the shared tokenizer) and starts requests.
+The in-process loop runs the engine code the torch flavor serves: :class:`TorchDrafter` and
+:class:`TorchVerifier` implement the loop's protocol by calling
+:meth:`~trt_spec.runtime.twin_engine.TwinEngine.run` on the draft and target engine models with
+the :class:`~trt_spec.runtime.twin_engine.EngineRequest` values the loop model would send them
+(``bls.engine_inputs``: ``end_id``, the stop words, the penalties with ``min_tokens`` = what is left
+of the request's minimum, TensorRT-LLM's 1 by default), without the tensors in between. So greedy
+vs rejection sampling vs token matching, ``min_tokens`` and the stopping rules are the served
+engines' own. :class:`TwinPair` loads both checkpoints (plus the shared tokenizer) and starts
+requests.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 import torch
 
 from trt_spec.errors import GenerationParamsError, PairMismatch
 from trt_spec.runtime.costs import CPU_VERIFY_SLOPE, StepCosts
-from trt_spec.runtime.loop import Draft, Generation, GenerationParams
-from trt_spec.runtime.sampling import SamplingParams, greedy_verify, probabilities, rejection_sample, sample
+from trt_spec.runtime.loop import NO_DRAFT, Draft, Generation, GenerationParams
+from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
+from trt_spec.runtime.penalties import ENGINE_DEFAULT_PENALTIES, Penalties
+from trt_spec.runtime.sampling import SamplingParams
 from trt_spec.runtime.torch_engine import TorchCausalLM
+from trt_spec.runtime.twin_engine import EngineRequest, TwinEngine
 from trt_spec.spec import Spec
+
+IN_PROCESS_CACHE_SLOTS = 1  # one request at a time: the engine's own KV cache, never a copy
+
+
+def in_process_engine(engine: TorchCausalLM, role: str) -> TwinEngine:
+    """The engine model ``role`` over ``engine`` for in-process requests: one KV cache (``engine``'s
+    own), drafts up to the loop's largest K, sequences up to the model's context."""
+    return TwinEngine(
+        engine,
+        role,
+        max_draft_len=MAX_DRAFT_TOKENS,
+        max_seq_len=engine.max_length or sys.maxsize,
+        cache_slots=IN_PROCESS_CACHE_SLOTS,
+    )
+
+
+@dataclass(frozen=True)
+class TwinRequest:
+    """What every engine call of one in-process request carries besides its sequence, as the loop
+    model sends it from a served request (``bls.engine_inputs``).
+
+    ``prompt_length``: the request's prompt, so a call over ``sequence`` knows the tokens generated
+    before it; ``end_id``: the end token the engines stop after and ``min_tokens`` holds back
+    (``None``: none, as ``end_id`` -1); ``penalties``: the request's, ``min_tokens`` its minimum
+    (TensorRT-LLM's default 1: no ``end_id`` as the first generated token).
+    """
+
+    prompt_length: int = 0
+    end_id: int | None = None
+    stop_sequences: tuple[tuple[int, ...], ...] = ()
+    penalties: Penalties = ENGINE_DEFAULT_PENALTIES
+
+    def engine_request(
+        self, sequence: Sequence[int], request_output_len: int, sampling: SamplingParams, draft: Draft = NO_DRAFT
+    ) -> EngineRequest:
+        """The request of one engine call over ``sequence`` (with ``draft`` to verify, for the target)."""
+        return EngineRequest(
+            sequence=list(sequence),
+            request_output_len=request_output_len,
+            draft_tokens=draft.tokens,
+            draft_logits=None,
+            draft_probs=draft.probs,
+            end_id=self.end_id,
+            sampling=sampling,
+            seed=None,  # the request's generator draws
+            return_generation_logits=False,
+            exclude_input_in_output=True,
+            stop_sequences=self.stop_sequences,
+            penalties=self.call_penalties(len(sequence) - self.prompt_length),
+        )
+
+    def call_penalties(self, num_generated: int) -> Penalties:
+        """The penalties of a call after ``num_generated`` tokens: ``min_tokens`` what is left of the
+        request's minimum, as the loop model sends it on every call (one object once it is spent)."""
+        if num_generated >= self.penalties.min_tokens:
+            return self._spent_penalties
+        return self.penalties.after(num_generated)
+
+    @cached_property
+    def _spent_penalties(self) -> Penalties:
+        return replace(self.penalties, min_tokens=0) if self.penalties.min_tokens else self.penalties
 
 
 class TorchDrafter:
-    """Drafts autoregressively on its engine: one single-token call per draft token."""
+    """Drafts on the draft engine model: one call for up to K tokens, as the loop model asks it
+    (fewer after ``end_id`` or a stop sequence). ``engine``: a :class:`TwinEngine`, or a
+    :class:`TorchCausalLM` to run one over (:func:`in_process_engine`)."""
 
-    def __init__(self, engine: TorchCausalLM):
-        self.engine = engine
+    def __init__(self, engine: TwinEngine | TorchCausalLM, request: TwinRequest = TwinRequest()):
+        self.engine = engine if isinstance(engine, TwinEngine) else in_process_engine(engine, "draft")
+        self.request = request
 
     def propose(
         self,
@@ -34,25 +109,19 @@ class TorchDrafter:
         sampling: SamplingParams,
         generator: torch.Generator | None,
     ) -> Draft:
-        context = list(sequence)
-        draft_probs = []  # k x [1, V]; greedy verification needs none
-        for _ in range(num_draft_tokens):
-            logits = self.engine.logits(context, 1)  # [1, V]
-            if sampling.greedy:
-                token = int(logits.argmax())
-            else:
-                probs = probabilities(logits, sampling)  # [1, V]
-                token = int(sample(probs, generator))
-                draft_probs.append(probs)
-            context.append(token)
-        return Draft(tokens=context[len(sequence) :], probs=torch.cat(draft_probs) if draft_probs else None)  # [k, V]
+        answer = self.engine.run(self.request.engine_request(sequence, num_draft_tokens, sampling), generator)
+        # A sampled draft keeps the distributions its tokens were drawn from ([1, V] each); greedy none.
+        return Draft(tokens=answer.tokens, probs=torch.cat(answer.probs) if answer.probs else None)  # [k, V]
 
 
 class TorchVerifier:
-    """Scores the last committed token plus all drafts in one target call, then accepts."""
+    """Verifies on the target engine model: the sequence plus all drafts in one call, which
+    returns the accepted drafts plus one token (an empty draft: one token of plain decoding).
+    ``engine``: a :class:`TwinEngine`, or a :class:`TorchCausalLM` to run one over."""
 
-    def __init__(self, engine: TorchCausalLM):
-        self.engine = engine
+    def __init__(self, engine: TwinEngine | TorchCausalLM, request: TwinRequest = TwinRequest()):
+        self.engine = engine if isinstance(engine, TwinEngine) else in_process_engine(engine, "target")
+        self.request = request
 
     def verify(
         self,
@@ -61,34 +130,29 @@ class TorchVerifier:
         sampling: SamplingParams,
         generator: torch.Generator | None,
     ) -> list[int]:
-        num_drafts = len(draft.tokens)
-        # Row i scores draft i's position; row k is the bonus position.
-        target_logits = self.engine.logits(list(sequence) + draft.tokens, num_drafts + 1)  # [k + 1, V]
-        if sampling.greedy:
-            return greedy_verify(draft.tokens, target_logits)
-        target_probs = probabilities(target_logits, sampling)  # [k + 1, V]
-        return rejection_sample(draft.tokens, _draft_probs(draft, sampling, target_probs), target_probs, generator)
-
-
-def _draft_probs(draft: Draft, sampling: SamplingParams, target_probs: torch.Tensor) -> torch.Tensor:
-    """The draft's distributions ``[k, V]``: as proposed, else processed from its logits."""
-    if draft.probs is not None:
-        return draft.probs
-    if draft.logits is not None:
-        return probabilities(draft.logits, sampling)
-    if not draft.tokens:
-        return target_probs.new_zeros(0, target_probs.shape[-1])
-    raise ValueError("sampled verification needs the draft's probs or logits")
+        request = self.request.engine_request(sequence, len(draft.tokens) + 1, sampling, draft)
+        return self.engine.run(request, generator).tokens
 
 
 @dataclass
 class TwinPair:
-    """The target and draft engines and their shared tokenizer, ready to serve requests."""
+    """The target and draft models and their shared tokenizer, ready to serve requests.
+
+    ``target`` and ``draft`` (:class:`TorchCausalLM`, each with its KV cache) are what the engine
+    models ``target_engine`` and ``draft_engine`` run on; requests go through the engine models.
+    """
 
     target: TorchCausalLM
     draft: TorchCausalLM
     tokenizer: object  # a transformers tokenizer
     eos_token_ids: frozenset[int]
+    # The engine models over target and draft: what the torch flavor serves, called in-process.
+    target_engine: TwinEngine = field(init=False, repr=False)
+    draft_engine: TwinEngine = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.target_engine = in_process_engine(self.target, "target")
+        self.draft_engine = in_process_engine(self.draft, "draft")
 
     @classmethod
     def from_dirs(
@@ -144,8 +208,14 @@ class TwinPair:
         params: GenerationParams,
         *,
         seed: int | None = None,
+        penalties: Penalties = ENGINE_DEFAULT_PENALTIES,
     ) -> Generation:
         """Start one request; iterate the result for the tokens of each step.
+
+        The engines get what a served request's engine calls get (:class:`TwinRequest`): ``end_id``
+        (:meth:`end_id`), the stop sequences and ``penalties``, whose ``min_tokens`` is the
+        request's minimum (by default TensorRT-LLM's 1, as the server applies it: EOS is never the
+        first token).
 
         Raises:
             GenerationParamsError: the prompt is empty, or prompt + max_new_tokens + K exceeds the
@@ -161,8 +231,19 @@ class TwinPair:
         generator = None
         if seed is not None:
             generator = torch.Generator(device=self.target.device).manual_seed(seed)
-        drafter = TorchDrafter(self.draft) if params.num_draft_tokens else None
-        return Generation(prompt, drafter, TorchVerifier(self.target), params, generator)
+        request = TwinRequest(len(prompt), self.end_id(params.eos_token_ids), params.stop_sequences, penalties)
+        drafter = TorchDrafter(self.draft_engine, request) if params.num_draft_tokens else None
+        return Generation(prompt, drafter, TorchVerifier(self.target_engine, request), params, generator)
+
+    def end_id(self, eos_token_ids: frozenset[int]) -> int | None:
+        """The engines' ``end_id`` for a request ending at ``eos_token_ids``: the tokenizer's EOS when
+        it is one of them (what the server's preprocessing sends), else the smallest; ``None``
+        without any (TensorRT-LLM takes one end id: other EOS ids still end the request in the loop,
+        but ``min_tokens`` does not hold them back)."""
+        if not eos_token_ids:
+            return None
+        tokenizer_eos = getattr(self.tokenizer, "eos_token_id", None)
+        return tokenizer_eos if tokenizer_eos in eos_token_ids else min(eos_token_ids)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))

@@ -1,14 +1,15 @@
 """Where one iteration of the in-process loop spends its time (``trt-spec bench --profile``).
 
 The loop itself only times its two halves (a request's ``RequestStats.draft_seconds`` and
-``verify_seconds``: the drafter's and the verifier's calls, sampling included). Splitting them
-further, into the models' forward passes, the engines' cache management around them and the
-sampling and acceptance maths, needs the time of every engine ``logits`` call and of every runner
-``forward`` call, which nothing records. :func:`profile_iterations` therefore wraps those methods
-of the pair's own objects with timers (``_timed``) for the duration of the profile and restores
-them after, leaving ``trt_spec/runtime/`` untouched: that package is copied into every model
-repository and serves requests there, so it carries no profiling hooks, and the code profiled is
-the code that serves.
+``verify_seconds``: the drafter's and the verifier's calls to the engine models, sampling
+included). Splitting them further, into the models' forward passes, the engines' cache management
+around them and the sampling and acceptance maths (with the engine models' handling of each
+call), needs the time of every engine ``logits`` call and of every runner ``forward`` call, which
+nothing records. :func:`profile_iterations` therefore wraps those methods of the pair's own
+objects with timers (``_timed``) for the duration of the profile and restores them after,
+leaving ``trt_spec/runtime/`` untouched: that package is copied into every model repository and
+serves requests there, so it carries no profiling hooks, and the code profiled is the code that
+serves.
 """
 
 from __future__ import annotations

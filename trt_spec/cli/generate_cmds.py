@@ -2,7 +2,8 @@
 
 Two ways to run, chosen once for ``generate`` and ``bench``: ``--url HOST:PORT`` (the default,
 127.0.0.1:8001) talks to a Triton server running the repository over gRPC; ``--local --spec F``
-runs the loop in-process on the spec's Hugging Face checkpoints (the PyTorch twin).
+runs the loop in-process on the spec's Hugging Face checkpoints (the PyTorch twin: the torch
+flavor's engine models called directly, so greedy output, EOS and ``min_tokens`` are the server's).
 """
 
 from __future__ import annotations

@@ -7,11 +7,11 @@ length per step (fixed, or adaptive), and the per-request statistics.
 
 That logic is one sans-I/O object, :class:`LoopState`, driven two ways: :class:`Generation`
 iterates it synchronously over an in-process drafter and verifier (the PyTorch twin,
-:mod:`trt_spec.twin`); the Triton loop model (:mod:`trt_spec.runtime.bls`) awaits
-the two engine models instead. Both sides receive the whole committed sequence on every call, as
-TensorRT-LLM's engines do (with KV-cache reuse they recompute only what they have not seen); in
-Triton the verifier is the target engine doing the acceptance itself (``draft_input_ids`` in,
-accepted tokens plus one out).
+:mod:`trt_spec.twin`, calling the torch flavor's engine models directly); the Triton loop model
+(:mod:`trt_spec.runtime.bls`) awaits the two engine models instead. Both sides receive the whole
+committed sequence on every call, as TensorRT-LLM's engines do (with KV-cache reuse they
+recompute only what they have not seen); in Triton the verifier is the target engine doing the
+acceptance itself (``draft_input_ids`` in, accepted tokens plus one out).
 """
 
 from __future__ import annotations
@@ -37,13 +37,12 @@ class Draft:
     """What a drafter proposes for one step.
 
     ``tokens`` ``[k]``; ``probs`` ``[k, V]`` the processed distributions they were drawn from
-    (``None`` when greedy); ``logits`` ``[k, V]`` the raw logits, for verifiers that process them
-    themselves (TensorRT-LLM's ``draft_logits``), else ``None``.
+    (``None`` when greedy, or when the drafter does not give them: a sampled step then verifies by
+    token matching, :func:`~trt_spec.runtime.sampling.verify_drafts`).
     """
 
     tokens: list[int]
     probs: torch.Tensor | None = None
-    logits: torch.Tensor | None = None
 
 
 NO_DRAFT = Draft(tokens=[])

@@ -13,7 +13,9 @@ arXiv 2302.01318), used by every name in this package:
 The *emitted* tokens of a step, the accepted prefix then one recovered or bonus token (1..K+1
 of them), are distributed exactly as tokens sampled one at a time from the target. Greedy decoding
 (temperature 0) is the limit: accept while the draft token is the target's argmax, then emit the
-target's argmax.
+target's argmax. Without the draft's distributions, :func:`token_match_verify` keeps exactness at a
+lower acceptance. Which of the three a step runs is decided in one place, :func:`verify_drafts`,
+for every caller (the torch flavor's target engine, and through it the in-process loop).
 
 Temperature, top-k and top-p are applied by :func:`probabilities` identically to both models, so
 the output follows the *processed* target distribution. Temperature scales as TensorRT-LLM's
@@ -201,6 +203,39 @@ def rejection_sample(
     residual = residual_distribution(target[num_accepted], draft[num_accepted])  # [V]
     emitted.append(int(sample(residual[None], generator)))  # recovered
     return emitted
+
+
+def verify_drafts(
+    sampling: SamplingParams,
+    draft_tokens: Sequence[int],
+    target_scores: torch.Tensor,
+    draft_probs: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> list[int]:
+    """One verification step, the method chosen from what is given: the one place that decides.
+
+    - greedy ``sampling``: :func:`greedy_verify` (the argmax of the scores);
+    - sampled, with the draft's distributions: :func:`rejection_sample`;
+    - sampled, without them: :func:`token_match_verify`.
+
+    Args:
+        sampling: the request's temperature, top-k and top-p, the same for both models.
+        draft_tokens: ``[K]`` the drafted token ids (K = 0: one token from the target).
+        target_scores: ``[K + 1, V]`` the target's scores, already scaled by the temperature and
+            adjusted (:func:`~trt_spec.runtime.penalties.adjusted_scores`); top-k and top-p are
+            applied here (:func:`filtered_softmax`).
+        draft_probs: ``[K, V]`` the distributions the drafts were drawn from, or ``None``.
+        generator: the source of randomness (greedy draws nothing).
+
+    Returns:
+        The accepted drafts, then one recovered or bonus token: 1..K+1 tokens.
+    """
+    if sampling.greedy:
+        return greedy_verify(draft_tokens, target_scores)
+    target_probs = filtered_softmax(target_scores, sampling)  # [K + 1, V]
+    if draft_probs is not None:
+        return rejection_sample(draft_tokens, draft_probs, target_probs, generator)
+    return token_match_verify(draft_tokens, target_probs, generator)
 
 
 def residual_distribution(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:

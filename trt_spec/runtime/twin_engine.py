@@ -35,7 +35,10 @@ neutral.
 
 There is no session key: KV caches are reused by token prefix (:class:`PrefixCachePool`).
 Library code, without Triton: the model file (``models/torch_engine/model.py``) only moves
-tensors in and out. One request at a time; requests are batch size 1.
+tensors in and out, and the in-process loop (``trt_spec.twin``) calls :meth:`TwinEngine.run` with
+:class:`EngineRequest` values built as the loop model builds its tensors, so both run this code.
+Which verification a call runs (greedy, rejection sampling, token matching) is decided by
+:func:`~trt_spec.runtime.sampling.verify_drafts`. One request at a time; requests are batch size 1.
 """
 
 from __future__ import annotations
@@ -57,14 +60,7 @@ from trt_spec.runtime.penalties import (
     adjusted_scores,
 )
 from trt_spec.runtime.prefix_cache import PrefixCachePool
-from trt_spec.runtime.sampling import (
-    SamplingParams,
-    filtered_softmax,
-    greedy_verify,
-    rejection_sample,
-    sample,
-    token_match_verify,
-)
+from trt_spec.runtime.sampling import SamplingParams, filtered_softmax, sample, verify_drafts
 from trt_spec.runtime.torch_engine import TorchCausalLM
 
 ROLES = ("target", "draft")
@@ -76,7 +72,8 @@ class EngineRequestError(ValueError):
 
 @dataclass(frozen=True)
 class EngineRequest:
-    """One request to an engine model, read from TensorRT-LLM's tensors."""
+    """One request to an engine model: read from TensorRT-LLM's tensors (:func:`read_request`), or
+    built by an in-process caller (``trt_spec.twin``) with the values the loop model would send."""
 
     sequence: list[int]
     request_output_len: int
@@ -95,6 +92,37 @@ class EngineRequest:
     return_num_output_tokens: bool = False
     score_temperature: float = NEUTRAL_TEMPERATURE  # the temperature sent (1 when none): the log probs' scale
     log_prob_top_k: int = 1  # the top-k kernel's k, or 0 for the top-p kernel (engine_interface.log_prob_top_k)
+    draft_probs: torch.Tensor | None = None  # [k, V]: the draft's distribution itself (in-process; no tensor has it)
+
+    def draft_distribution(self) -> torch.Tensor | None:
+        """``[k, V]`` the distributions the drafts were drawn from: ``draft_probs``, else the softmax of
+        ``draft_logits`` (module docstring); ``None`` when neither was sent (verification by token matching)."""
+        if self.draft_probs is not None:
+            return self.draft_probs
+        return None if self.draft_logits is None else self.draft_logits.softmax(dim=-1)
+
+
+@dataclass(frozen=True)
+class EngineAnswer:
+    """What one call computed: its tokens, the raw logits kept for the outputs (generation logits,
+    log probs; when the request asks for them) and, for a sampled decode, the distribution each
+    token was drawn from (``[1, V]`` each: what a draft's rejection sampling needs; else empty)."""
+
+    tokens: list[int]
+    logits: list[torch.Tensor]
+    probs: list[torch.Tensor]
+
+
+def request_generator(request: EngineRequest) -> torch.Generator | None:
+    """The randomness of one served call: ``seed``'s, else fresh; ``None`` for greedy (it draws nothing)."""
+    if request.sampling.greedy:
+        return None
+    generator = torch.Generator()
+    if request.seed is None:
+        generator.seed()  # fresh, non-deterministic randomness
+    else:
+        generator.manual_seed(request.seed)
+    return generator
 
 
 def _value(inputs: Mapping[str, np.ndarray], name: str):
@@ -292,6 +320,8 @@ class TwinEngine:
         self.max_seq_len = max_seq_len
         self.vocab_size = engine.vocab_size
         self.pool = PrefixCachePool(engine, cache_slots, max_divergence=max_draft_len + 1)
+        # One slot: the pool always answers its one cache, so the lookup is skipped (in-process, every call).
+        self._only_cache = engine if cache_slots == 1 else None
 
     def execute(self, inputs: Mapping[str, np.ndarray], request_id: str | None = None) -> dict[str, np.ndarray]:
         """One request's outputs (with the batch dimension), by TensorRT-LLM output name; none for
@@ -306,6 +336,17 @@ class TwinEngine:
                 raise EngineRequestError("Trying to stop a request but request ID is not provided")
             return {}  # requests run one at a time: the one named has finished, as upstream then answers
         request = read_request(inputs, self.role, self.vocab_size)
+        answer = self.run(request, request_generator(request))
+        return self._outputs(request, answer.tokens, answer.logits)
+
+    def run(self, request: EngineRequest, generator: torch.Generator | None) -> EngineAnswer:
+        """One call of a request already read (or built in-process): verification when it carries
+        drafts, else decoding. ``generator``: the randomness of a sampled call (``None``: torch's
+        global generator); served calls use :func:`request_generator`.
+
+        Raises:
+            EngineRequestError: drafts past ``max_draft_len``, or a sequence past ``max_seq_len``.
+        """
         if len(request.draft_tokens) > self.max_draft_len:
             raise EngineRequestError(
                 f"{len(request.draft_tokens)} draft_input_ids exceed the engine's max_draft_len {self.max_draft_len}"
@@ -315,71 +356,56 @@ class TwinEngine:
                 f"input ({len(request.sequence)} tokens) + request_output_len ({request.request_output_len}) "
                 f"exceeds the engine's max_seq_len {self.max_seq_len}"
             )
-        generator = None  # greedy draws nothing
-        if not request.sampling.greedy:
-            generator = torch.Generator()
-            if request.seed is None:
-                generator.seed()  # fresh, non-deterministic randomness
-            else:
-                generator.manual_seed(request.seed)
         if request.draft_tokens:
-            tokens, logits = self._verify(request, generator)
-        else:
-            tokens, logits = self._decode(request, generator)
-        return self._outputs(request, tokens, logits)
+            return self._verify(request, generator)
+        return self._decode(request, generator)
 
     # --- the two kinds of call ---------------------------------------------------------------
 
-    def _decode(
-        self, request: EngineRequest, generator: torch.Generator | None
-    ) -> tuple[list[int], list[torch.Tensor]]:
+    def _decode(self, request: EngineRequest, generator: torch.Generator | None) -> EngineAnswer:
         """Up to request_output_len tokens one at a time (a draft, or plain target decoding)."""
         context = list(request.sequence)
-        engine = self.pool.engine_for(context)
+        engine = self._cache_for(context)
         tokens: list[int] = []
         kept_logits: list[torch.Tensor] = []
+        kept_probs: list[torch.Tensor] = []
+        keep_logits = request.return_generation_logits or request.return_log_probs
         for step in range(request.request_output_len):
             logits = engine.logits(context, 1)  # [1, V]
             scores = self._scores(logits, request, context, step)
             if request.sampling.greedy:
                 token = int(scores.argmax())
             else:
-                token = int(sample(filtered_softmax(scores, request.sampling), generator))
-            if request.return_generation_logits or request.return_log_probs:
+                probs = filtered_softmax(scores, request.sampling)  # [1, V]
+                token = int(sample(probs, generator))
+                kept_probs.append(probs)
+            if keep_logits:
                 kept_logits.append(logits)
             tokens.append(token)
             context.append(token)
             if self._ends(tokens, request):
                 break
-        return tokens, kept_logits
+        return EngineAnswer(tokens, kept_logits, kept_probs)
 
-    def _verify(
-        self, request: EngineRequest, generator: torch.Generator | None
-    ) -> tuple[list[int], list[torch.Tensor]]:
+    def _verify(self, request: EngineRequest, generator: torch.Generator | None) -> EngineAnswer:
         """One forward pass over the sequence plus all drafts; accepted drafts plus one token."""
         drafts = request.draft_tokens
         sequence = request.sequence + drafts
-        engine = self.pool.engine_for(sequence)
+        engine = self._cache_for(sequence)
         # Row i scores draft i's position; row k is the bonus position.
         target_logits = engine.logits(sequence, len(drafts) + 1)  # [k + 1, V]
         scores = self._scores(target_logits, request, request.sequence, 0, drafts)  # row i after drafts[:i]
-        sampling = request.sampling
-        if sampling.greedy:
-            emitted = greedy_verify(drafts, scores)
-        else:
-            target_probs = filtered_softmax(scores, sampling)  # [k + 1, V]
-            if request.draft_logits is not None:
-                draft_probs = request.draft_logits.softmax(dim=-1)  # [k, V], as given (docstring)
-                emitted = rejection_sample(drafts, draft_probs, target_probs, generator)
-            else:
-                emitted = token_match_verify(drafts, target_probs, generator)
+        emitted = verify_drafts(request.sampling, drafts, scores, request.draft_distribution(), generator)
         emitted = emitted[: request.request_output_len]
         for index in range(1, len(emitted) + 1):
             if self._ends(emitted[:index], request):
                 emitted = emitted[:index]
                 break
         kept_logits = list(target_logits[: len(emitted)]) if request.return_generation_logits else []
-        return emitted, kept_logits
+        return EngineAnswer(emitted, kept_logits, [])
+
+    def _cache_for(self, sequence: list[int]) -> TorchCausalLM:
+        return self._only_cache if self._only_cache is not None else self.pool.engine_for(sequence)
 
     @staticmethod
     def _scores(
