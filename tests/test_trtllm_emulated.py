@@ -144,7 +144,7 @@ def test_the_copy_carries_the_emulator_and_the_planned_engines(spec, served):
     for name, role in ENGINES.items():
         version = served / name / "1"
         assert (version / "model.py").is_file()
-        assert (version / "trt_spec" / "runtime" / "trtllm_emulator.py").is_file()
+        assert (version / "trt_spec" / "runtime" / "trtllm_emulator" / "__init__.py").is_file()
         facts = EngineFacts.from_json(json.loads((version / EngineFacts.FILE).read_text()))
         k = spec.num_draft_tokens if role == "target" else 0
         assert facts == EngineFacts(
