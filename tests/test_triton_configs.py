@@ -450,7 +450,7 @@ def test_each_models_parameters_parse_into_its_typed_class(demo_spec, flavor):
 
 def test_python_models_read_their_parameters_through_the_typed_classes():
     # No model.py parses config parameters by hand. The exception: the stand-in for TensorRT-LLM's
-    # C++ backend reads the tensorrtllm parameters as that backend does (trtllm_emulator.py).
+    # C++ backend reads the tensorrtllm parameters as that backend does (runtime/trtllm_emulator/load.py).
     for path in (ROOT / "trt_spec" / "runtime" / "models").glob("*/model.py"):
         source = path.read_text()
         assert "string_value" not in source, path
@@ -503,17 +503,9 @@ def _tensor_names() -> set[str]:
     return {value.name for value in vars(T).values() if isinstance(value, T.Tensor)}
 
 
-# The emulator of TensorRT-LLM's C++ backend also names backend inputs and outputs our engine models
-# do not declare (min_tokens, repetition_penalty, context_logits, ...): some share a name with an
-# ensemble tensor but are another model's tensors, so there only the engine models' names are checked.
-_ENGINE_ONLY = {"trtllm_emulator.py"}
 # Tensor names that are also plain words elsewhere: "stop" (the engines' stop input) is the loop's
 # finish reason, as OpenAI names it.
 _ALSO_WORDS = {"stop"}
-
-
-def _engine_tensor_names() -> set[str]:
-    return {tensor.name for tensor in (*T.TARGET_INPUTS, *T.DRAFT_ENGINE_INPUTS, *T.ENGINE_OUTPUTS)}
 
 
 def test_no_tensor_name_is_typed_outside_tensors_py():
@@ -525,7 +517,7 @@ def test_no_tensor_name_is_typed_outside_tensors_py():
         for path in sorted((ROOT / "trt_spec" / directory).rglob("*.py")):
             if path == Path(T.__file__).resolve():
                 continue
-            names = _engine_tensor_names() if path.name in _ENGINE_ONLY else all_names - _ALSO_WORDS
+            names = all_names - _ALSO_WORDS
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")

@@ -471,7 +471,7 @@ def test_loop_parameters_from_the_config():
         LoopParameters.from_config(config)
 
 
-# --- what TensorRT-LLM's backend requires of the loop (trtllm_emulator.py enforces it too) --------
+# --- what TensorRT-LLM's backend requires of the loop (runtime/trtllm_emulator/ enforces it too) --------
 
 
 class RecordingEngines(LocalEngines):
