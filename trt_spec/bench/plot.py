@@ -24,10 +24,15 @@ def write_plot(report: BenchReport, path: str | Path) -> Path:
         label = f"T={temperature:g}"
         speed_axis.plot(ks, [r.speedup for r in rows], "o-", color=color, label=f"{label} measured")
         speed_axis.plot(ks, [r.cost_model_speedup for r in rows], "--", color=color, label=f"{label} cost model")
-        if all(r.hf_assisted_tokens_per_s and r.hf_plain_tokens_per_s for r in rows):
+        hf_speedups = [
+            r.hf_assisted_tokens_per_s / r.hf_plain_tokens_per_s
+            for r in rows
+            if r.hf_assisted_tokens_per_s and r.hf_plain_tokens_per_s
+        ]
+        if len(hf_speedups) == len(rows):  # HF measured at every K
             speed_axis.plot(
                 ks,
-                [r.hf_assisted_tokens_per_s / r.hf_plain_tokens_per_s for r in rows],
+                hf_speedups,
                 "x:",
                 color=color,
                 label=f"{label} HF assisted (over HF plain)",

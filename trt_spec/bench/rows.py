@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 from trt_spec.runtime.costs import StepTimes, expected_tokens_per_call
 from trt_spec.runtime.loop import RequestStats
@@ -104,6 +104,10 @@ def _median(values: Iterable[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
+@overload
+def _ms(seconds: float) -> float: ...
+@overload
+def _ms(seconds: float | None) -> float | None: ...
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1e3
 
@@ -154,6 +158,7 @@ class Row:
 class FixedRow(Row):
     """In-process, K drafts every step: against the theory, the cost model and HF assisted generation."""
 
+    speedup: float
     alpha: float
     theoretical_tokens_per_target_call: float
     cost_model_speedup: float

@@ -302,6 +302,8 @@ def _run_config(
             shift = index % len(runs)
             for name, num_draft_tokens in runs[shift:] + runs[:shift]:
                 if name == "local":
+                    if pair is None:  # a "local" run is only listed with a twin pair
+                        raise RuntimeError("a local run without a twin pair")
                     result = _run_local(pair, prompt, num_draft_tokens, options)
                     local_tally.add_results([result], result.seconds)
                     continue
@@ -378,7 +380,8 @@ def _run_local(pair: TwinPair, prompt: str, num_draft_tokens: int, options: dict
 
     pair.target.reset()
     pair.draft.reset()
-    ids = list(pair.tokenizer(prompt).input_ids)  # as preprocessing encodes it
+    tokenizer: Any = pair.tokenizer  # a transformers tokenizer, untyped (TwinPair holds it as object)
+    ids = list(tokenizer(prompt).input_ids)  # as preprocessing encodes it
     params = GenerationParams(
         max_new_tokens=options[T.MAX_TOKENS.name],
         temperature=options[T.TEMPERATURE.name],

@@ -172,6 +172,8 @@ def bench(
         hf_assisted=not no_hf,
         adaptive=not no_adaptive,
     )
+    if spec is None:  # choose_mode gives a spec whenever it gives no url
+        raise click.UsageError("--local needs --spec FILE (the deployment spec naming both checkpoints)")
     pair = load_twin(spec, device, runner)
     if profile:
         for temperature in config.temperatures:
@@ -244,9 +246,10 @@ def format_server_table(rows: list[ServerRow]) -> str:
             f"{row.k:>3} {row.temperature:>4g} {row.concurrency:>4} {row.tokens_per_s:>7.1f} "
             f"{row.baseline_tokens_per_s:>7.1f} {_number(row.speedup, 7, 3)} {row.acceptance_rate:>8.3f} "
             f"{_number(row.alpha, 6, 3)} {row.tokens_per_target_call:>8.2f} {_number(row.ttft_ms, 8, 1)} "
-            f"{_number(row.itl_ms, 7, 2)} {_number(inprocess and inprocess.tokens_per_s, 7, 1)} "
-            f"{_number(inprocess and inprocess.server_vs_inprocess, 6, 3)} {_number(loop and loop.overhead_ms, 6, 2)} "
-            f"{_number(loop and loop.loop_own_ms, 5, 2)} {_number(loop and loop.transport_ms, 5, 2)}"
+            f"{_number(row.itl_ms, 7, 2)} {_number(inprocess.tokens_per_s if inprocess else None, 7, 1)} "
+            f"{_number(inprocess.server_vs_inprocess if inprocess else None, 6, 3)} "
+            f"{_number(loop.overhead_ms if loop else None, 6, 2)} "
+            f"{_number(loop.loop_own_ms if loop else None, 5, 2)} {_number(loop.transport_ms if loop else None, 5, 2)}"
         )
     lines += [
         "",

@@ -35,7 +35,7 @@ def download(spec_path: str, no_progress: bool) -> None:
 
     spec = read_spec(spec_path)
     for snapshot in download_checkpoints(spec, progress=not no_progress):
-        where = "local directory" if snapshot.is_local else f"{snapshot.revision} = {snapshot.commit[:12]}"
+        where = "local directory" if snapshot.commit is None else f"{snapshot.revision} = {snapshot.commit[:12]}"
         click.echo(
             f"{snapshot.role:<7} {snapshot.model} ({where}): {len(snapshot.files)} files, "
             f"{format_bytes(snapshot.total_bytes)}  {snapshot.path}"

@@ -58,10 +58,10 @@ def demo(spec_path, max_tokens, keep) -> None:
     server = None
     try:
         step("check", f"the pair {spec.target.model} / {spec.draft.model}")
-        report = check_pair(spec)
-        if not report.ok:
-            raise click.ClickException("; ".join(f"{row.check}: {row.detail}" for row in report.fatal))
-        click.echo(f"  {len(report.rows)} checks passed ({len(report.warnings)} warning(s))")
+        checked = check_pair(spec)
+        if not checked.ok:
+            raise click.ClickException("; ".join(f"{row.check}: {row.detail}" for row in checked.fatal))
+        click.echo(f"  {len(checked.rows)} checks passed ({len(checked.warnings)} warning(s))")
 
         step("plan", "engines and memory (what a GPU build would run)")
         plan = make_plan(spec)

@@ -269,9 +269,18 @@ def _output_to(log: TextIO) -> Iterator[None]:
     try:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), warnings.catch_warnings():
             warnings.simplefilter("default")
-            warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: log.write(
-                warnings.formatwarning(message, category, filename, lineno, line)
-            )
+
+            def show_warning(
+                message: Warning | str,
+                category: type[Warning],
+                filename: str,
+                lineno: int,
+                file: TextIO | None = None,
+                line: str | None = None,
+            ) -> None:
+                log.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+            warnings.showwarning = show_warning
             yield
     finally:
         for name, (handlers, propagate) in saved.items():

@@ -164,7 +164,7 @@ def _check_remote_code(spec: Spec, configs: dict[str, dict]) -> CheckRow:
     return CheckRow("remote code", OK, "neither model ships its own code")
 
 
-def _check_vocab(spec: Spec, configs: dict[str, dict], tokenizers: dict[str, dict | None]) -> CheckRow:
+def _check_vocab(spec: Spec, configs: dict[str, dict], tokenizers: dict[str, dict]) -> CheckRow:
     rows = {role: config["vocab_size"] for role, config in configs.items()}
     ids = {role: _tokenizer_size(t) for role, t in tokenizers.items() if t and t.get("tokenizer_json")}
     for role in ROLES:
@@ -292,9 +292,9 @@ def _count(params: int) -> str:
 # -- the tokenizers -----------------------------------------------------------------------------
 
 
-def _read_tokenizers(spec: Spec) -> dict[str, dict | None]:
+def _read_tokenizers(spec: Spec) -> dict[str, dict]:
     """Per role: the parsed tokenizer files, or an ``error`` entry saying why they are unavailable."""
-    tokenizers = {}
+    tokenizers: dict[str, dict] = {}
     for role in ROLES:
         try:
             path = local_snapshot(spec, role).path

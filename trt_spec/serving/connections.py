@@ -49,7 +49,7 @@ def _busy(protocol: Any) -> bool:
 def guarded_protocol(base: type, max_connections: int) -> type:
     """``base`` (uvicorn's httptools or h11 protocol class) with the rules of this module."""
 
-    class GuardedProtocol(base):  # type: ignore[misc, valid-type]
+    class GuardedProtocol(base):
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
             self.idle_since = time.monotonic()

@@ -48,7 +48,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -233,7 +233,7 @@ class _Routes:
                 choices=[
                     ChatChoice(
                         message=ChatMessageOut(content="".join(piece.text for piece in pieces)),
-                        finish_reason=last.finish_reason,  # type: ignore[arg-type]
+                        finish_reason=last.finish_reason,
                     )
                 ],
                 usage=last.usage,
@@ -299,7 +299,7 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _unless_disconnected(request: Request, work: Coroutine[Any, Any, R]) -> R:
+async def _unless_disconnected(request: Request, work: Awaitable[R]) -> R:
     """Run ``work``; cancel it (and so its Triton request) when the HTTP client goes away."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_disconnected(request))
@@ -427,7 +427,8 @@ class OpenAIServer:
             self.app,
             log_level="warning",
             access_log=False,
-            timeout_graceful_shutdown=self.drain_timeout_s,
+            # uvicorn annotates this int | None but hands it to asyncio.timeout, which takes float seconds.
+            timeout_graceful_shutdown=self.drain_timeout_s,  # type: ignore[arg-type]
             lifespan="on",
             http=protocol,
         )

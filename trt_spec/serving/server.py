@@ -303,7 +303,10 @@ def server_command(
     if admin_key is not None:
         argv += restriction_args(restricted_apis, admin_key)
     if engines:
-        argv, env = orchestrator_command(shutil.which("mpirun"), argv, engines, env)
+        mpirun = shutil.which("mpirun")
+        if mpirun is None:  # require_engine_server refused this above, unless PATH changed since
+            raise ServerError(f"`mpirun` is not on PATH; {repo} has TensorRT-LLM engine models, which need it")
+        argv, env = orchestrator_command(mpirun, argv, engines, env)
     argv += list(extra_args)
     return ServerCommand(argv=argv, env=env, workdir=workdir, bundled=bundled, orchestrator=bool(engines))
 
@@ -478,18 +481,27 @@ class TritonServer:
 
     def wait(self) -> int:
         """Block until the server exits; returns its exit code."""
-        return self.process.wait()
+        return self._started_process().wait()
+
+    def _started_process(self) -> subprocess.Popen:
+        """The server process; a programming error before :meth:`start` launched it."""
+        if self.process is None:
+            raise RuntimeError("tritonserver has not been started: call start() first")
+        return self.process
 
     def _launch(self) -> None:
         """Start the server process (the caller holds ``_lock``); its output appends to the log."""
         # Under the reaper (serving/reaper.py): the server's process group dies with this process,
         # however this process dies.
+        command = self.command
+        if command is None:
+            raise RuntimeError("no server command to launch: start() sets it")
         reaper = [sys.executable, "-m", "trt_spec.serving.reaper", f"--shm-prefix={self.shm_prefix}"]
-        reaper += [f"--workdir={self.command.workdir}", "--"]
+        reaper += [f"--workdir={command.workdir}", "--"]
         with open(self.log_path, "a") as log:
             self.process = subprocess.Popen(
-                [*reaper, *self.command.argv],
-                env=self.command.env,
+                [*reaper, *command.argv],
+                env=command.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -535,9 +547,10 @@ class TritonServer:
         while time.monotonic() < deadline:
             if self.stopping:
                 raise ServerError("the server was stopped while it was loading")
-            if self.process.poll() is not None:
+            process = self._started_process()
+            if process.poll() is not None:
                 raise ServerError(
-                    f"tritonserver exited with code {self.process.returncode} while loading: {self.log_errors()}"
+                    f"tritonserver exited with code {process.returncode} while loading: {self.log_errors()}"
                 )
             try:
                 with urllib.request.urlopen(url, timeout=1) as response:
