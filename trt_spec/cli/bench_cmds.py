@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from trt_spec.cli.common import DEMO_SPEC
-from trt_spec.cli.generate_cmds import choose_mode, load_twin, mode_options
+from trt_spec.cli.common import DEMO_SPEC, choose_mode, load_twin, mode_options
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
 if TYPE_CHECKING:

@@ -1,4 +1,6 @@
-"""Options and helpers shared by the commands."""
+"""Options and helpers shared by the commands (the command modules import only this of each other):
+the spec option, the demo spec, the plan's build steps, and ``--url`` | ``--local --spec F``,
+the two ways ``generate`` and ``bench`` run."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from trt_spec.client import DEFAULT_URL
 from trt_spec.plan import Plan
 from trt_spec.spec import Spec, load_spec
 
@@ -40,3 +43,65 @@ def render_steps(the_plan: Plan, spec_path: str) -> list[str]:
     lines.append("# 2. compile the engines (GPU)")
     lines += [shlex.join(the_plan.engine(role).build_argv) for role in ("target", "draft")]
     return lines
+
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def mode_options(command):
+    """``--url`` | ``--local --spec F`` and the engine options of the local mode."""
+    options = [
+        click.option(
+            "--url",
+            metavar="HOST:PORT",
+            default=None,
+            help=f"A Triton server running the repository (gRPC); the default, at {DEFAULT_URL}.",
+        ),
+        click.option("--local", is_flag=True, help="Run in-process on the spec's checkpoints (the PyTorch twin)."),
+        click.option(
+            "--spec",
+            "spec_path",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help="The deployment spec (YAML); needed with --local.",
+        ),
+        click.option(
+            "--device",
+            type=click.Choice(DEVICES),
+            default="auto",
+            show_default=True,
+            help="--local: where the models run (auto: CUDA when present).",
+        ),
+        click.option(
+            "--runner",
+            type=click.Choice(("auto", "llama", "hf")),
+            default="auto",
+            show_default=True,
+            help="--local: the forward pass: a lean Llama one (auto, for Llama models) or Hugging Face's own (hf).",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def choose_mode(
+    url: str | None, local: bool, spec_path: str | None, *, spec_with_url: bool = False
+) -> tuple[str | None, Spec | None]:
+    """(url, None) for a server run, (None, spec) for ``--local``; fails early, naming the
+    alternative. ``spec_with_url``: the command also takes ``--spec`` beside ``--url``."""
+    if url and local:
+        raise click.UsageError("--url and --local are alternatives; pass one of them")
+    if local:
+        if spec_path is None:
+            raise click.UsageError("--local needs --spec FILE (the deployment spec naming both checkpoints)")
+        return None, read_spec(spec_path)
+    if spec_path is not None and not spec_with_url:
+        raise click.UsageError("--spec is for in-process runs: pass --local --spec FILE, or --url HOST:PORT alone")
+    return url or DEFAULT_URL, read_spec(spec_path) if spec_path else None
+
+
+def load_twin(spec: Spec, device: str, runner: str):
+    from trt_spec.twin import TwinPair
+
+    return TwinPair.from_spec(spec, device=None if device == "auto" else device, runner=runner)

@@ -147,19 +147,37 @@ class RequestParameters:
     return_log_probs: bool = False
 
 
+def _int(values: dict[str, object], tensor: T.Tensor) -> int | None:
+    """An integer parameter (an INT/BOOL tensor's value), or None when absent."""
+    value = values.get(tensor.name)
+    if value is None or isinstance(value, int):
+        return value
+    raise RequestError(f"{tensor.name} must be an integer; got {_shown(value)}")
+
+
+def _float(values: dict[str, object], tensor: T.Tensor) -> float | None:
+    """A number parameter (a FP or INT tensor's value), or None when absent."""
+    value = values.get(tensor.name)
+    if value is None or isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return float(value)
+    raise RequestError(f"{tensor.name} must be a number; got {_shown(value)}")
+
+
 def _sampling(values: dict[str, object]) -> SamplingParams:
     """TensorRT-LLM's rule: neither top_k (> 0) nor top_p = greedy, whatever the temperature
     (which is still checked)."""
-    top_k, top_p, temperature = (values.get(t.name) for t in (T.TOP_K, T.TOP_P, T.TEMPERATURE))
+    top_k, top_p, temperature = _int(values, T.TOP_K), _float(values, T.TOP_P), _float(values, T.TEMPERATURE)
     try:
         if temperature is not None:
-            SamplingParams(temperature=float(temperature), top_k=NO_TOP_K, top_p=NO_TOP_P)  # raises on a bad value
+            SamplingParams(temperature=temperature, top_k=NO_TOP_K, top_p=NO_TOP_P)  # raises on a bad value
         if not top_k and top_p is None:
             return SamplingParams(temperature=GREEDY_TEMPERATURE, top_k=NO_TOP_K, top_p=NO_TOP_P)
         return SamplingParams(
-            temperature=DEFAULT_TEMPERATURE if temperature is None else float(temperature),
-            top_k=NO_TOP_K if top_k is None else int(top_k),
-            top_p=NO_TOP_P if top_p is None else float(top_p),
+            temperature=DEFAULT_TEMPERATURE if temperature is None else temperature,
+            top_k=NO_TOP_K if top_k is None else top_k,
+            top_p=NO_TOP_P if top_p is None else top_p,
         )
     except GenerationParamsError as exc:
         raise RequestError(str(exc)) from None
@@ -183,12 +201,12 @@ def check_parameters(values: dict[str, object], limits: PreprocessingParameters)
                 f"{rule.tensor.name} = {_shown(value)} is not supported with speculative decoding in trt-spec yet; "
                 f"{instead}"
             )
-    max_tokens = values.get(T.MAX_TOKENS.name)
+    max_tokens = _int(values, T.MAX_TOKENS)
     if max_tokens is None:
         raise RequestError("max_tokens is required")
     if max_tokens < 1:
         raise RequestError(f"max_tokens must be >= 1; got {max_tokens}")
-    top_k = values.get(T.TOP_K.name)
+    top_k = _int(values, T.TOP_K)
     if top_k is not None and not 0 <= top_k <= limits.vocab_size:
         raise RequestError(f"top_k must be between 0 (off) and the vocabulary size {limits.vocab_size}; got {top_k}")
     sampling = _sampling(values)
@@ -200,14 +218,14 @@ def check_parameters(values: dict[str, object], limits: PreprocessingParameters)
             "without them (speculative.acceptance: greedy; sampled requests decode without drafts here); send false "
             "or omit it, or set speculative.acceptance: probabilistic in the spec and rebuild"
         )
-    num_draft_tokens = values.get(T.NUM_DRAFT_TOKENS.name)
-    num_draft_tokens = limits.default_num_draft_tokens if num_draft_tokens is None else int(num_draft_tokens)
+    requested_k = _int(values, T.NUM_DRAFT_TOKENS)
+    num_draft_tokens = limits.default_num_draft_tokens if requested_k is None else requested_k
     if not 0 <= num_draft_tokens <= limits.max_draft_len:
         raise RequestError(
             f"num_draft_tokens must be between 0 (plain target decoding) and the target engine's "
             f"max_draft_len {limits.max_draft_len}; got {num_draft_tokens}"
         )
-    end_id, pad_id = values.get(T.REQUEST_END_ID.name), values.get(T.REQUEST_PAD_ID.name)
+    end_id, pad_id = _int(values, T.REQUEST_END_ID), _int(values, T.REQUEST_PAD_ID)
     if end_id is not None and end_id != NO_END_ID and not 0 <= end_id < limits.vocab_size:
         raise RequestError(
             f"end_id must be a token id below the vocabulary size {limits.vocab_size} (or -1: none); got {end_id}"
@@ -226,15 +244,15 @@ def check_parameters(values: dict[str, object], limits: PreprocessingParameters)
     if weights is not None and not np.all(np.abs(np.asarray(weights, dtype=np.float64)) <= MAX_BIAS_WEIGHT):
         raise RequestError(f"embedding_bias_weights must be between -{MAX_BIAS_WEIGHT:g} and {MAX_BIAS_WEIGHT:g}")
     return RequestParameters(
-        max_tokens=int(max_tokens),
+        max_tokens=max_tokens,
         sampling=sampling,
         num_draft_tokens=num_draft_tokens,
         stream=bool(values.get(T.STREAM.name) or False),
         exclude_input_in_output=limits.exclude_input_in_output if exclude is None else bool(exclude),
         return_num_input_tokens=bool(values.get(T.RETURN_NUM_INPUT_TOKENS.name) or False),
         return_num_output_tokens=bool(values.get(T.RETURN_NUM_OUTPUT_TOKENS.name) or False),
-        end_id=None if end_id is None else int(end_id),
-        pad_id=None if pad_id is None else int(pad_id),
+        end_id=end_id,
+        pad_id=pad_id,
         penalties=_penalties(values),
         return_log_probs=bool(values.get(T.RETURN_LOG_PROBS.name) or False),
     )
@@ -243,15 +261,16 @@ def check_parameters(values: dict[str, object], limits: PreprocessingParameters)
 def _penalties(values: dict[str, object]) -> Penalties:
     """The penalties and min_tokens, TensorRT-LLM's defaults for what is absent (checked by
     :class:`Penalties`, the one validation the loop and the engine models use too)."""
-    repetition, presence, frequency, min_tokens = (
-        values.get(t.name) for t in (T.REPETITION_PENALTY, T.PRESENCE_PENALTY, T.FREQUENCY_PENALTY, T.MIN_TOKENS)
+    repetition, presence, frequency = (
+        _float(values, t) for t in (T.REPETITION_PENALTY, T.PRESENCE_PENALTY, T.FREQUENCY_PENALTY)
     )
+    min_tokens = _int(values, T.MIN_TOKENS)
     try:
         return Penalties(
-            repetition_penalty=1.0 if repetition is None else float(repetition),  # type: ignore[arg-type]
-            presence_penalty=0.0 if presence is None else float(presence),  # type: ignore[arg-type]
-            frequency_penalty=0.0 if frequency is None else float(frequency),  # type: ignore[arg-type]
-            min_tokens=ENGINE_MIN_TOKENS if min_tokens is None else int(min_tokens),  # type: ignore[call-overload]
+            repetition_penalty=1.0 if repetition is None else repetition,
+            presence_penalty=0.0 if presence is None else presence,
+            frequency_penalty=0.0 if frequency is None else frequency,
+            min_tokens=ENGINE_MIN_TOKENS if min_tokens is None else min_tokens,
         )
     except GenerationParamsError as exc:
         raise RequestError(str(exc)) from None
@@ -420,6 +439,7 @@ def read_prompts(
         if text[row].size != 1:
             raise RequestError(f"text_input must hold one prompt per row (shape [N, 1]); got shape {list(text.shape)}")
         values: dict[str, object] = {}
+        words: dict[str, tuple[str, ...]] = {}  # the word lists, decoded
         for tensor, data in columns.items():
             if data is None:
                 values[tensor.name] = None
@@ -431,10 +451,11 @@ def read_prompts(
                 value = data[row].reshape(-1)[0]
                 values[tensor.name] = _decode_text(value, tensor.name) if tensor in TEXT_INPUTS else value.item()
             elif tensor in WORD_LIST_INPUTS:
-                values[tensor.name] = [_decode_text(word, tensor.name) for word in data[row].reshape(-1)]
+                words[tensor.name] = tuple(_decode_text(word, tensor.name) for word in data[row].reshape(-1))
+                values[tensor.name] = list(words[tensor.name])
             else:
                 values[tensor.name] = data[row]
-        stop_words = tuple(values.get(T.STOP_WORDS.name) or ())
-        bad_words = tuple(values.get(T.BAD_WORDS.name) or ())
+        stop_words = words.get(T.STOP_WORDS.name, ())
+        bad_words = words.get(T.BAD_WORDS.name, ())
         prompts.append(Prompt(_decode_text(text[row].reshape(-1)[0], T.TEXT_INPUT.name), values, stop_words, bad_words))
     return prompts
