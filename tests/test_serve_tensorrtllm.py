@@ -412,7 +412,7 @@ def _is_zombie(pid: int) -> bool:
 def test_serving_reads_the_parameters_the_writer_names():
     from dataclasses import fields
 
-    from trt_spec.runtime.parameters import TensorrtLlmParameters
+    from trt_spec.runtime.parameters import TrtllmEngineParameters
     from trt_spec.serving import trtllm
 
-    assert {trtllm.MODEL_PATH_KEY, trtllm.DEVICE_IDS_KEY} <= {field.name for field in fields(TensorrtLlmParameters)}
+    assert {trtllm.MODEL_PATH_KEY, trtllm.DEVICE_IDS_KEY} <= {field.name for field in fields(TrtllmEngineParameters)}

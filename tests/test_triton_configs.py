@@ -26,8 +26,8 @@ from trt_spec.runtime.parameters import (
     ModelParametersError,
     PostprocessingParameters,
     PreprocessingParameters,
-    TensorrtLlmParameters,
     TorchEngineParameters,
+    TrtllmEngineParameters,
     TrtllmPostprocessingParameters,
     TrtllmPreprocessingParameters,
 )
@@ -424,8 +424,8 @@ PARAMETER_CLASSES = {
         T.PREPROCESSING: PreprocessingParameters,
         T.POSTPROCESSING: PostprocessingParameters,
         T.LOOP: LoopParameters,
-        T.TARGET: TensorrtLlmParameters,
-        T.DRAFT: TensorrtLlmParameters,
+        T.TARGET: TrtllmEngineParameters,
+        T.DRAFT: TrtllmEngineParameters,
         T.TRTLLM_PREPROCESSING: TrtllmPreprocessingParameters,
         T.TRTLLM_POSTPROCESSING: TrtllmPostprocessingParameters,
     },
@@ -483,10 +483,10 @@ def test_from_config_refuses_missing_unknown_and_malformed_parameters():
         bad = {"name": T.LOOP, "parameters": {**config["parameters"], key: {"string_value": text}}}
         with pytest.raises(ModelParametersError, match=f"parameter '{key}' must be a"):
             LoopParameters.from_config(bad)
-    fraction = TensorrtLlmParameters.from_config(
+    fraction = TrtllmEngineParameters.from_config(
         {
             "parameters": {
-                **{field.name: {"string_value": "1"} for field in dataclasses.fields(TensorrtLlmParameters)},
+                **{field.name: {"string_value": "1"} for field in dataclasses.fields(TrtllmEngineParameters)},
                 "kv_cache_free_gpu_mem_fraction": {"string_value": "0.125"},
                 "enable_kv_cache_reuse": {"string_value": "true"},
                 "enable_chunked_context": {"string_value": "false"},

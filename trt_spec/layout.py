@@ -16,8 +16,6 @@ from pathlib import Path
 
 from trt_spec.spec import Spec
 
-ROLES = ("target", "draft")
-
 
 def checkpoints_dir(spec: Spec) -> Path:
     """``<checkpoints>/<name>``: downloads lock file, converted checkpoints, build logs."""

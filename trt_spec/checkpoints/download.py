@@ -37,7 +37,8 @@ from trt_spec.errors import (
     NotDownloadedError,
     RepoNotFoundError,
 )
-from trt_spec.layout import ROLES, lock_path
+from trt_spec.layout import lock_path
+from trt_spec.runtime.tensors import ROLES
 from trt_spec.spec import Spec
 
 LOCK_SCHEMA = 1

@@ -8,8 +8,9 @@ import sys
 import click
 
 from trt_spec.cli.common import read_spec, spec_option
-from trt_spec.layout import ROLES, lock_path
+from trt_spec.layout import lock_path
 from trt_spec.plan.memory import format_bytes
+from trt_spec.runtime.tensors import ROLES
 
 _STATUS_STYLE = {"ok": ("ok", "green"), "warn": ("warn", "yellow"), "fatal": ("FATAL", "red")}
 

@@ -24,8 +24,9 @@ from trt_spec.engines.convert import convert_checkpoint
 from trt_spec.engines.manifest import MANIFEST, MANIFEST_SCHEMA, build_key, read_json, read_manifest
 from trt_spec.engines.versions import SUPPORTED_TRTLLM, installed_versions
 from trt_spec.errors import BuildStepFailed, CheckpointMissing, ToolchainMissing
-from trt_spec.layout import ROLES, logs_dir
+from trt_spec.layout import logs_dir
 from trt_spec.plan import EnginePlan, Plan
+from trt_spec.runtime.tensors import ROLES
 
 HOPPER_COMPUTE_CAPABILITY = "9.0"  # h100 and h200
 _HASH_CACHE = ".trt-spec-sha256.json"

@@ -13,8 +13,9 @@ from typing import Any
 
 from trt_spec.checkpoints.config import ModelInfo, load_model_info
 from trt_spec.errors import PlanError
-from trt_spec.layout import ROLES, engine_dir, trtllm_checkpoint_dir
+from trt_spec.layout import engine_dir, trtllm_checkpoint_dir
 from trt_spec.plan.memory import KV_BLOCK_TOKENS, MemoryPlan, engine_memory, format_bytes, place
+from trt_spec.runtime.tensors import ROLES
 from trt_spec.spec import TP_SIZES, Spec
 
 TRTLLM_VERSION_LINE = "1.2"  # the release line whose trtllm-build flags we emit

@@ -20,9 +20,9 @@ from pathlib import Path
 from trt_spec.checkpoints.config import SUPPORTED_ARCHITECTURES, find_config_json, model_info_from_config
 from trt_spec.checkpoints.download import local_snapshot
 from trt_spec.errors import ModelConfigError, PlanError, TrtSpecError
-from trt_spec.layout import ROLES
 from trt_spec.plan import make_plan
 from trt_spec.plan.memory import format_bytes
+from trt_spec.runtime.tensors import ROLES
 from trt_spec.spec import Spec
 
 OK, WARN, FATAL = "ok", "warn", "fatal"

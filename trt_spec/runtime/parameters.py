@@ -6,7 +6,7 @@ parameters are one frozen dataclass whose field names are the keys and whose ann
 types. The repository's config builder writes them with :meth:`ModelParameters.to_config`; the
 python models read them back with :meth:`ModelParameters.from_config`, which refuses a missing
 or unknown key, so a renamed parameter fails when the model loads, naming the key, instead of
-falling back to a silent default. :class:`TensorrtLlmParameters` are read by TensorRT-LLM's C++
+falling back to a silent default. :class:`TrtllmEngineParameters` are read by TensorRT-LLM's C++
 backend, never by our code: they are typed here so that they too are written in one place.
 
 Standard library only: this module is loaded inside Triton's python-backend stub.
@@ -190,7 +190,7 @@ class TorchEngineParameters(ModelParameters):
 
 
 @dataclass(frozen=True)
-class TensorrtLlmParameters(ModelParameters):
+class TrtllmEngineParameters(ModelParameters):
     """The tensorrtllm flavor's engine models: what TensorRT-LLM 1.2.x's C++ backend reads."""
 
     MODELS: ClassVar[tuple[str, ...]] = (T.TARGET, T.DRAFT)

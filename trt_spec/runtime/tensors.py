@@ -46,6 +46,9 @@ from dataclasses import dataclass
 # of its upstream namesake, so upstream's clients and recipes find what they expect:
 TARGET = "tensorrt_llm"
 DRAFT = "tensorrt_llm_draft"
+# The two engines' roles, as the spec, the plan, the layout and the engine models name them.
+ROLES = ("target", "draft")
+ENGINE_MODELS = {"target": TARGET, "draft": DRAFT}  # role -> engine model name
 ENSEMBLE = "ensemble"
 TRTLLM_PREPROCESSING = "preprocessing"  # QUERY, REQUEST_OUTPUT_LEN, ... -> INPUT_ID, ... (unary)
 TRTLLM_POSTPROCESSING = "postprocessing"  # TOKENS_BATCH, SEQUENCE_LENGTH -> OUTPUT (unary)

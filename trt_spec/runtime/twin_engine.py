@@ -61,9 +61,8 @@ from trt_spec.runtime.penalties import (
 )
 from trt_spec.runtime.prefix_cache import PrefixCachePool
 from trt_spec.runtime.sampling import SamplingParams, filtered_softmax, sample, verify_drafts
+from trt_spec.runtime.tensors import ROLES
 from trt_spec.runtime.torch_engine import TorchCausalLM
-
-ROLES = ("target", "draft")
 
 
 class EngineRequestError(ValueError):

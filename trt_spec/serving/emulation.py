@@ -27,7 +27,7 @@ from trt_spec.spec import Spec
 ENGINE_BACKEND = "tensorrtllm"
 EMULATOR_BACKEND = "python"
 EMULATOR_SOURCE = MODELS_SOURCE_DIR / "tensorrtllm_emulator"
-ROLES = {T.TARGET: "target", T.DRAFT: "draft"}  # engine model name: role
+ROLE_OF = {model: role for role, model in T.ENGINE_MODELS.items()}  # engine model name -> role
 VERSION = "1"
 
 
@@ -71,9 +71,9 @@ def emulated_repository(repo: str | Path, spec: Spec, workdir: str | Path) -> Pa
             ) from None
         if config.backend == ENGINE_BACKEND:
             name = config.name or path.parent.name
-            if name not in ROLES:
+            if name not in ROLE_OF:
                 raise RepositoryError(
-                    f"{path}: a tensorrtllm model named {name!r}; the emulator serves {' and '.join(ROLES)} only"
+                    f"{path}: a tensorrtllm model named {name!r}; the emulator serves {' and '.join(ROLE_OF)} only"
                 )
             engines.append((name, config))
     if not engines:
@@ -82,7 +82,7 @@ def emulated_repository(repo: str | Path, spec: Spec, workdir: str | Path) -> Pa
             "--emulate-tensorrtllm, or write the tensorrtllm flavor: `trt-spec repo --spec F --flavor tensorrtllm`"
         )
     plan = make_plan(spec)
-    facts = {name: engine_facts(spec, ROLES[name], plan) for name, _ in engines}  # before copying: fail early
+    facts = {name: engine_facts(spec, ROLE_OF[name], plan) for name, _ in engines}  # before copying: fail early
 
     served = Path(workdir).resolve() / source.name
     if served.exists():

@@ -53,8 +53,8 @@ from trt_spec.repository.configs import read_config
 
 BACKEND = "tensorrtllm"
 # The two parameters serving reads of an engine model's config (fields of
-# trt_spec.runtime.parameters.TensorrtLlmParameters, which writes them; a test holds them equal).
-# Read by key, not through TensorrtLlmParameters.from_config: a hand-edited config may carry more.
+# trt_spec.runtime.parameters.TrtllmEngineParameters, which writes them; a test holds them equal).
+# Read by key, not through TrtllmEngineParameters.from_config: a hand-edited config may carry more.
 MODEL_PATH_KEY = "gpt_model_path"
 DEVICE_IDS_KEY = "gpu_device_ids"
 VERSION_KEYS = {"tensorrt_llm_version": "TensorRT-LLM", "tensorrt_version": "TensorRT"}  # manifest key: name

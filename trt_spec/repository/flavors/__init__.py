@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from trt_spec.errors import RepositoryError
-from trt_spec.layout import ROLES, engine_dir
+from trt_spec.layout import engine_dir
 from trt_spec.plan import Plan
 from trt_spec.repository import configs
 from trt_spec.repository.configs import EngineSettings, ModelConfig, RepositorySettings
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import StepCosts
-
-ENGINE_MODELS = {"target": T.TARGET, "draft": T.DRAFT}  # role -> engine model name
+from trt_spec.runtime.tensors import ROLES
 
 
 class Flavor:
@@ -52,12 +51,12 @@ class Flavor:
 
     def model_configs(self, settings: RepositorySettings) -> dict[str, ModelConfig]:
         """Every model of the repository, by name: the shared pipeline around this flavor's engines."""
-        engines = {ENGINE_MODELS[role]: self.engine_config(settings, role) for role in ROLES}
+        engines = {T.ENGINE_MODELS[role]: self.engine_config(settings, role) for role in ROLES}
         return configs.pipeline_configs(settings, engines)
 
     def source(self, model: str) -> str:
         """The packaged folder (under ``trt_spec/runtime/models/``) of a python model's ``model.py``."""
-        return self.engine_source if self.engine_source and model in ENGINE_MODELS.values() else model
+        return self.engine_source if self.engine_source and model in T.ENGINE_MODELS.values() else model
 
     def check(self, plan: Plan, settings: RepositorySettings) -> list[str]:
         """Cross-check what was built for the spec before writing; notes for the caller to show.

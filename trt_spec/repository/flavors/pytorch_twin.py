@@ -10,7 +10,7 @@ from trt_spec.plan import Plan
 from trt_spec.plan.memory import rank_params
 from trt_spec.repository import configs
 from trt_spec.repository.configs import ModelConfig, RepositorySettings
-from trt_spec.repository.flavors import ENGINE_MODELS, Flavor
+from trt_spec.repository.flavors import Flavor
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import CPU_VERIFY_SLOPE, StepCosts
 from trt_spec.runtime.parameters import TorchEngineParameters
@@ -34,7 +34,7 @@ class TorchFlavor(Flavor):
     def engine_config(self, settings: RepositorySettings, role: str) -> ModelConfig:
         engine = settings.engine(role)
         return configs.python_model(
-            ENGINE_MODELS[role],
+            T.ENGINE_MODELS[role],
             settings,
             T.TARGET_INPUTS if role == "target" else T.DRAFT_ENGINE_INPUTS,
             T.ENGINE_OUTPUTS,

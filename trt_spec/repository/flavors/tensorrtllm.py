@@ -8,14 +8,15 @@ import json
 from pathlib import Path
 
 from trt_spec.errors import EngineMismatchError, RepositoryError
-from trt_spec.layout import ROLES, engine_dir
+from trt_spec.layout import engine_dir
 from trt_spec.plan import Plan, engine_max_input_len
 from trt_spec.repository import configs
 from trt_spec.repository.configs import ModelConfig, RepositorySettings
-from trt_spec.repository.flavors import ENGINE_MODELS, Flavor
+from trt_spec.repository.flavors import Flavor
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import StepCosts
-from trt_spec.runtime.parameters import TensorrtLlmParameters
+from trt_spec.runtime.parameters import TrtllmEngineParameters
+from trt_spec.runtime.tensors import ROLES
 
 # guaranteed_no_evict: a request admitted to the batch always has KV blocks to finish, so a
 # verifying target is never paused between draft and verify.
@@ -25,7 +26,7 @@ BATCH_SCHEDULER_POLICY = "guaranteed_no_evict"
 LOGITS_DTYPE = "float32"
 
 
-class TensorrtllmFlavor(Flavor):
+class TrtllmFlavor(Flavor):
     name = "tensorrtllm"
     summary = "TensorRT-LLM 1.2.x engines in its C++ Triton backend, on the spec's GPUs"
 
@@ -44,7 +45,7 @@ class TensorrtllmFlavor(Flavor):
         engine = settings.engine(role)
         inputs = T.TARGET_INPUTS if role == "target" else T.DRAFT_ENGINE_INPUTS
         config = {
-            "name": ENGINE_MODELS[role],
+            "name": T.ENGINE_MODELS[role],
             "backend": "tensorrtllm",
             "max_batch_size": settings.max_batch_size,
             # The loop calls each engine once per iteration and waits for its one response;
@@ -55,7 +56,7 @@ class TensorrtllmFlavor(Flavor):
             "output": [configs.io_entry(t) for t in T.ENGINE_OUTPUTS],
             # The backend drives its GPUs itself (gpu_device_ids); Triton sees one CPU instance.
             "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
-            "parameters": TensorrtLlmParameters(
+            "parameters": TrtllmEngineParameters(
                 gpt_model_type="inflight_fused_batching",
                 gpt_model_path=engine.engine_dir,
                 max_beam_width=1,
@@ -81,7 +82,7 @@ class TensorrtllmFlavor(Flavor):
         return check_built_engines(plan, settings)
 
 
-FLAVOR = TensorrtllmFlavor()
+FLAVOR = TrtllmFlavor()
 
 
 def gpu_device_ids(tp_size: int) -> str:

@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from trt_spec.runtime import tensors as T
+from trt_spec.runtime.tensors import ROLES
 from trt_spec.runtime.trtllm_emulator.errors import _check, _CppError, _not_emulated
 
-ROLES = ("target", "draft")
 # Triton's logits dtypes the emulator returns (numpy has no bfloat16).
 LOGITS_DTYPES = {"FP32": np.float32, "FP16": np.float16}
 
