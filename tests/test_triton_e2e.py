@@ -235,6 +235,21 @@ def test_cli_generate_reports_an_unreachable_server():
     assert result.exit_code == 1 and "no Triton server answers" in result.stderr
 
 
+def test_cli_bench_over_grpc_on_the_users_prompts(server):
+    # The served tokenizer (the repository's copy) counts the dataset's prompts; the prompts sent are
+    # the dataset's (their first-token acceptance differs from the packaged prompts' run below).
+    dataset = Path(__file__).parent / "data" / "workloads" / "python_prompts.jsonl"
+    tokenizer = server.repo / "spec_preprocessing" / "1" / "tokenizer"
+    args = ["bench", "--url", server.grpc_url, "--metrics-url", server.metrics_url, "--dataset", str(dataset)]
+    args += ["--tokenizer", str(tokenizer), "--prompts", "3", "--max-tokens", "12", "--concurrency", "2", "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "workload: 3 prompts from" in result.stderr and "(plain, 8 records, seed 0)" in result.stderr
+    rows = json.loads(result.stdout)
+    assert [row["concurrency"] for row in rows] == [1, 2]
+    assert all(0 < row["alpha"] <= 1 and row["tokens_per_target_call"] >= 1 for row in rows)
+
+
 def test_cli_bench_over_grpc(server):
     result = CliRunner().invoke(
         main,

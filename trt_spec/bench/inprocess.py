@@ -48,6 +48,8 @@ class BenchConfig:
     hf_assisted: bool = True
     adaptive: bool = True  # also run adaptive K (largest K = max(ks))
     seed: int = 0
+    # The user's prompts (token ids; bench/dataset.py) instead of the packaged ones.
+    prompts: tuple[tuple[int, ...], ...] | None = None
 
     @classmethod
     def quick(cls) -> BenchConfig:
@@ -89,9 +91,14 @@ def run_local_bench(
     for k in config.ks:
         if not 1 <= k <= MAX_DRAFT_TOKENS:
             raise ValueError(f"each K must be in 1..{MAX_DRAFT_TOKENS}; got {k}")
-    prompts = load_prompts(pair, config.num_prompts, config.prompt_tokens)
+    if config.prompts:
+        prompts = [list(prompt) for prompt in config.prompts]
+        shape = f"{len(prompts)} prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens"
+    else:
+        prompts = load_prompts(pair, config.num_prompts, config.prompt_tokens)
+        shape = f"{len(prompts)} prompts of {config.prompt_tokens} tokens"
     say(
-        f"{len(prompts)} prompts of {config.prompt_tokens} tokens, {config.max_new_tokens} new tokens each; "
+        f"{shape}, {config.max_new_tokens} new tokens each; "
         f"K {list(config.ks)}, temperature {list(config.temperatures)}, {config.repeats} run(s) each"
     )
     # Step times are measured mid-generation: a prompt plus half a completion of context.

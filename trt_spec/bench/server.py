@@ -49,6 +49,7 @@ class ServerBenchConfig:
     prompt_chars: int = PROMPT_CHARS
     max_new_tokens: int = MAX_NEW_TOKENS
     seed: int = 0
+    prompts: tuple[str, ...] | None = None  # the user's prompts (bench/dataset.py) instead of the packaged ones
 
 
 @dataclass
@@ -252,7 +253,7 @@ def run_server_bench(
         ServerUnreachable, GenerationError: the server cannot be reached or fails a request.
     """
     say = progress or (lambda message: None)
-    prompts = prompt_texts(config.num_prompts, config.prompt_chars)
+    prompts = list(config.prompts) if config.prompts else prompt_texts(config.num_prompts, config.prompt_chars)
     ks = config.ks or (server_default_k(url),)
     concurrencies = sorted({1, *config.concurrency})
     # Concurrent runs send the prompts round-robin until the largest concurrency is filled, the

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     "num_prompts",
     type=click.IntRange(min=1),
     default=None,
-    help="How many packaged prompts to use; default 8.",
+    help="How many prompts to use (packaged, or sampled from --dataset); default 8.",
 )
 @click.option("--max-tokens", type=click.IntRange(min=2), default=None, help="New tokens per request; default 96.")
 @click.option(
@@ -84,6 +84,24 @@ if TYPE_CHECKING:
     help="--url: the server's Prometheus endpoint (default http://HOST:8002/metrics) for alpha and "
     "the loop's time per iteration.",
 )
+@click.option(
+    "--dataset",
+    metavar="SOURCE",
+    default=None,
+    help="Prompts from your data instead of the packaged ones: a .jsonl/.json/.csv/.parquet file or a Hugging "
+    "Face dataset name; records with OpenAI chat `messages` (rendered with the target's chat template), "
+    "ShareGPT `conversations`, or a prompt column (prompt, text, input, question, instruction).",
+)
+@click.option("--dataset-column", default=None, help="--dataset: the prompt column (default: the first known one).")
+@click.option("--dataset-split", default="train", show_default=True, help="--dataset: a Hub dataset's split.")
+@click.option("--seed", type=int, default=0, show_default=True, help="--dataset: the sample's seed.")
+@click.option(
+    "--tokenizer",
+    "tokenizer_dir",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="--dataset through a server without --spec: the served tokenizer (e.g. model_repo/spec_preprocessing/1/tokenizer).",
+)
 def bench(
     url,
     local,
@@ -104,10 +122,16 @@ def bench(
     profile,
     concurrency,
     metrics_url,
+    dataset,
+    dataset_column,
+    dataset_split,
+    seed,
+    tokenizer_dir,
 ) -> None:
     """Measure tokens/s, acceptance and tokens per target call against plain decoding.
 
-    Prompts are Python sources held out of the demo pair's training (packaged with trt-spec).
+    Prompts are Python sources held out of the demo pair's training (packaged with trt-spec), or
+    a seeded sample of your own (--dataset): acceptance depends on the task, so measure it on yours.
     In-process (--local): a table, the cost-model bound, and the K that Leviathan et al.'s
     Theorem 3.8 recommends; without --spec, the demo pair examples/pystdlib-wide.yaml (in a
     clone). Through a server (--url): speculative vs num_draft_tokens 0 on the same server at
@@ -120,6 +144,7 @@ def bench(
       trt-spec bench --local --spec demo.yaml --plot bench.png
       trt-spec bench --url 127.0.0.1:8001 --concurrency 8 --json
       trt-spec bench --url 127.0.0.1:8001 --spec examples/pystdlib-wide.yaml   # + in-process
+      trt-spec bench --local --spec demo.yaml --dataset chats.jsonl --prompts 16
     """
     import dataclasses
 
@@ -139,9 +164,36 @@ def bench(
             raise click.UsageError("--plot needs matplotlib: pip install 'trt-spec[bench]'") from None
     if threads:
         torch.set_num_threads(threads)
+    if dataset is None and (dataset_column or tokenizer_dir):
+        raise click.UsageError("--dataset-column and --tokenizer go with --dataset SOURCE")
+
+    def workload_of(tokenizer):
+        from trt_spec.bench.dataset import DatasetError, load_workload
+
+        try:
+            workload = load_workload(
+                dataset,
+                tokenizer,
+                num_prompts=num_prompts or 8,
+                max_input_len=spec.engine.max_input_len if spec else 1 << 30,
+                max_seq_len=spec.engine.max_seq_len if spec else 1 << 30,
+                column=dataset_column,
+                split=dataset_split,
+                seed=seed,
+            )
+        except DatasetError as exc:
+            raise click.BadParameter(str(exc), param_hint="--dataset") from None
+        click.echo(f"workload: {workload.describe()}", err=True)
+        return workload
+
     if url is not None:
         if profile or quick or repeats or no_hf or no_adaptive:
             raise click.UsageError("--profile, --quick, --repeats, --no-hf and --no-adaptive are for --local runs")
+        workload = None
+        if dataset is not None:
+            if tokenizer_dir is None and spec is None:
+                raise click.UsageError("--dataset through a server needs the tokenizer: --tokenizer DIR or --spec FILE")
+            workload = workload_of(_tokenizer(tokenizer_dir, spec))
         _bench_server(
             url,
             spec,
@@ -155,6 +207,7 @@ def bench(
             max_tokens,
             concurrency,
             metrics_url,
+            tuple(prompt.text for prompt in workload.prompts) if workload else None,
         )
         return
     config = BenchConfig.quick() if quick else BenchConfig()
@@ -174,6 +227,9 @@ def bench(
     if spec is None:  # choose_mode gives a spec whenever it gives no url
         raise click.UsageError("--local needs --spec FILE (the deployment spec naming both checkpoints)")
     pair = load_twin(spec, device, runner)
+    if dataset is not None:
+        workload = workload_of(pair.tokenizer)
+        config = dataclasses.replace(config, prompts=tuple(tuple(prompt.tokens) for prompt in workload.prompts))
     if profile:
         for temperature in config.temperatures:
             for k in ks or (spec.num_draft_tokens,):
@@ -199,8 +255,29 @@ def bench(
         click.echo(format_recommendations(report))
 
 
+def _tokenizer(tokenizer_dir, spec):
+    """The tokenizer at ``tokenizer_dir``, else the spec's target's (no weights loaded)."""
+    from transformers import AutoTokenizer
+
+    from trt_spec.repository.writer import hf_checkpoint_dir
+
+    return AutoTokenizer.from_pretrained(str(tokenizer_dir or hf_checkpoint_dir(spec, "target")))
+
+
 def _bench_server(
-    url, spec, device, runner, as_json, plot_path, ks, temperatures, num_prompts, max_tokens, concurrency, metrics_url
+    url,
+    spec,
+    device,
+    runner,
+    as_json,
+    plot_path,
+    ks,
+    temperatures,
+    num_prompts,
+    max_tokens,
+    concurrency,
+    metrics_url,
+    prompts=None,
 ) -> None:
     from trt_spec.bench.plot import write_server_plot
     from trt_spec.bench.server import ServerBenchConfig, run_server_bench
@@ -211,6 +288,7 @@ def _bench_server(
         concurrency=tuple(concurrency) or ServerBenchConfig.concurrency,
         num_prompts=num_prompts or ServerBenchConfig.num_prompts,
         max_new_tokens=max_tokens or ServerBenchConfig.max_new_tokens,
+        prompts=prompts,
     )
     host = url.rsplit(":", 1)[0]
     pair = load_twin(spec, device, runner) if spec is not None else None
