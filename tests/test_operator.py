@@ -242,10 +242,26 @@ def quick_repo(tmp_path_factory) -> Path:
     return quick_repository(tmp_path_factory.mktemp("operator_quick"))
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_serve_left_behind():
+    """A test that fails half-way still ends the `serve` it started (SIGKILL: its reaper then takes
+    Triton down), so a failure never leaves a server running beside the rest of the suite."""
+    yield
+    while _STARTED:
+        process = _STARTED.pop()
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+
 def _start(repo: Path, ports: dict[str, int], **popen) -> subprocess.Popen:
     argv = [TRT_SPEC, "serve", "--repo", str(repo), "--ready-timeout", "120"]
     argv += [f"--{name}-port={port}" for name, port in ports.items()]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    _STARTED.append(process)
     line = process.stdout.readline()
     assert line.startswith("ready"), process.stderr.read() if process.poll() is not None else line
     return process
