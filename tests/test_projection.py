@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import yaml
 from conftest import EXAMPLES
 from test_twin import assert_same_greedy, reference_greedy
 
@@ -221,3 +222,39 @@ def test_projection_table_has_every_k():
     assert [row.k for row in projection.rows] == [1, 2, 3, 4, 5, 6]
     assert projection.best.speedup == max(row.speedup for row in projection.rows)
     assert projection.spec_k == 4 and projection.gpu.name == "H100 SXM"
+
+
+def test_the_k_schedule_falls_with_requests_in_flight_and_stops_where_speculation_loses():
+    from trt_spec.plan.projection import k_schedule, render_schedule
+
+    data = yaml.safe_load((EXAMPLES / "llama70b-1b-4xh100.yaml").read_text())
+    data["engine"]["max_batch_size"] = 256
+    the_plan = make_plan(parse_spec(data, source_dir=EXAMPLES))
+    steps = k_schedule(the_plan, 0.7, context=1024)
+    assert [step.in_flight for step in steps] == list(range(1, 257))
+    ks = [step.k for step in steps]
+    assert ks == sorted(ks, reverse=True) and ks[0] > ks[-1] >= 1  # falls with load, capped by the built K
+    assert ks[0] == project_plan(the_plan, 0.7, max_k=the_plan.spec.num_draft_tokens, context=1024).recommended_k
+    # At a low acceptance no K beats plain decoding once many requests share a step.
+    poor = k_schedule(the_plan, 0.15, context=1024)
+    assert poor[-1].k == 0 and poor[-1].speedup == 1.0
+    stop = next(step.in_flight for step in poor if step.k == 0)
+    assert all(step.k == 0 for step in poor[stop - 1 :])
+    text = "\n".join(render_schedule(poor, 0.15))
+    assert f"speculation stops paying at {stop} requests in flight" in text and "K 0: plain decoding" in text
+
+
+def test_plan_prints_the_k_schedule_and_its_json(tmp_path, monkeypatch):
+    import json as json_module
+
+    from click.testing import CliRunner
+
+    from trt_spec.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    spec = str(EXAMPLES / "llama70b-1b-4xh100.yaml")
+    text = CliRunner().invoke(main, ["plan", "--spec", spec])
+    assert text.exit_code == 0, text.output
+    assert "K by requests in flight" in text.stdout and "in flight: K 5" in text.stdout
+    data = json_module.loads(CliRunner().invoke(main, ["plan", "--spec", spec, "--json"]).stdout)
+    assert [step["in_flight"] for step in data["k_schedule"]] == list(range(1, 9))

@@ -17,8 +17,11 @@ from trt_spec.plan.projection import (
     DEFAULT_BATCH,
     DEFAULT_MAX_K,
     Projection,
+    ScheduleStep,
+    k_schedule,
     project_plan,
     render_projection,
+    render_schedule,
 )
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
@@ -90,13 +93,29 @@ def plan(spec_path: str, as_json: bool, alpha: float, max_k: int, context: int |
     """
     the_plan = make_plan(read_spec(spec_path))
     projection = project_plan(the_plan, alpha, max_k=max_k, context=context, batch=batch)
+    schedule = k_schedule(the_plan, alpha, context=context)
     if as_json:
-        click.echo(json.dumps({**the_plan.to_json(), "projection": projection.to_json()}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    **the_plan.to_json(),
+                    "projection": projection.to_json(),
+                    "k_schedule": [step.to_json() for step in schedule],
+                },
+                indent=2,
+            )
+        )
     else:
-        click.echo(render_plan(the_plan, spec_path, projection))
+        click.echo(render_plan(the_plan, spec_path, projection, schedule, alpha))
 
 
-def render_plan(the_plan: Plan, spec_path: str, projection: Projection | None = None) -> str:
+def render_plan(
+    the_plan: Plan,
+    spec_path: str,
+    projection: Projection | None = None,
+    schedule: list[ScheduleStep] | None = None,
+    alpha: float = DEFAULT_ALPHA,
+) -> str:
     spec, memory = the_plan.spec, the_plan.memory
     lines = [
         f"deployment {spec.name}: {spec.target.model} (tp {spec.target.tp_size}) drafted by "
@@ -130,6 +149,8 @@ def render_plan(the_plan: Plan, spec_path: str, projection: Projection | None = 
     lines += [f"note: {note}" for note in the_plan.notes]
     if projection is not None:
         lines += ["", *render_projection(projection)]
+    if schedule:
+        lines += ["", *render_schedule(schedule, alpha)]
     lines += ["", *render_steps(the_plan, spec_path)]
     return "\n".join(lines)
 

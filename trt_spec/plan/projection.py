@@ -276,6 +276,62 @@ def project_plan(
     )
 
 
+@dataclass(frozen=True)
+class ScheduleStep:
+    """The best K with ``in_flight`` requests decoding together (0: plain decoding pays more)."""
+
+    in_flight: int
+    k: int
+    speedup: float  # of that K over plain decoding at the same batch (1.0 at K = 0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"in_flight": self.in_flight, "k": self.k, "speedup": self.speedup}
+
+
+def k_schedule(plan: Plan, alpha: float = DEFAULT_ALPHA, *, context: int | None = None) -> list[ScheduleStep]:
+    """The best K (up to the spec's, the target engine's max_draft_len: K is fixed at build) for
+    each number of requests in flight, 1 .. the spec's max_batch_size, from the projection at that
+    batch: plain decoding gains from batching while a step stays memory-bound,
+    but verifying batch x (K + 1) tokens turns compute-bound sooner, so the best K falls with load
+    and is 0 (plain decoding) where no K's projected speedup exceeds 1.
+
+    Upstream bounds the same effect by other means: a concurrency cap (speculation only below a
+    number of requests in flight) and a per-batch-size draft-length schedule in its PyTorch backend;
+    here the schedule comes from the projection, so it is as good as the roofline model is.
+    """
+    steps = []
+    for in_flight in range(1, plan.spec.engine.max_batch_size + 1):
+        best = project_plan(plan, alpha, max_k=plan.spec.num_draft_tokens, context=context, batch=in_flight).best
+        steps.append(
+            ScheduleStep(in_flight, best.k, best.speedup) if best.speedup > 1 else ScheduleStep(in_flight, 0, 1.0)
+        )
+    return steps
+
+
+def render_schedule(steps: list[ScheduleStep], alpha: float) -> list[str]:
+    """The schedule as ranges of requests in flight that share a K, and where speculation stops paying."""
+    lines = [f"K by requests in flight (projection at alpha {alpha:.2f}; batch x (K + 1) tokens per target step):"]
+    start = 0
+    for index in range(1, len(steps) + 1):
+        if index == len(steps) or steps[index].k != steps[start].k:
+            first, last = steps[start], steps[index - 1]
+            span = f"{first.in_flight}" if first is last else f"{first.in_flight}-{last.in_flight}"
+            what = (
+                "K 0: plain decoding (no K beats it)"
+                if first.k == 0
+                else f"K {first.k} (x{first.speedup:.2f}" + (f" to x{last.speedup:.2f})" if first is not last else ")")
+            )
+            lines.append(f"  {span:>9} in flight: {what}")
+            start = index
+    stop = next((step.in_flight for step in steps if step.k == 0), None)
+    lines.append(
+        f"  speculation stops paying at {stop} requests in flight"
+        if stop is not None
+        else f"  speculation pays up to max_batch_size ({len(steps)} in flight)"
+    )
+    return lines
+
+
 def render_projection(projection: Projection) -> list[str]:
     """The projection as text lines: the step costs, the memory-bound condition, one row per K."""
     gpu, times = projection.gpu, projection.step_times
