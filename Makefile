@@ -40,12 +40,12 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# mypy checks the modules listed under [tool.mypy] files in pyproject.toml; import-linter the
-# layers contract under [tool.importlinter] (imports follow the data's flow).
+# mypy checks the whole package, strictly the modules listed under [tool.mypy] overrides in
+# pyproject.toml; import-linter the contracts under [tool.importlinter] (imports follow the data's flow).
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m ruff format --check $(LINT_PATHS)
-	$(PY) -m mypy
+	$(PY) -m mypy -p trt_spec
 	$(VENV)/bin/lint-imports
 
 demo: $(STAMP)

@@ -10,6 +10,7 @@ The maths and the loop live in the runtime package, the code a model repository 
   through the engine models the torch flavor serves.
 """
 
+from trt_spec.runtime.costs import expected_tokens_per_call
 from trt_spec.runtime.loop import (
     Draft,
     Drafter,
@@ -19,7 +20,6 @@ from trt_spec.runtime.loop import (
     RequestStats,
     Verifier,
     call_seed,
-    expected_tokens_per_call,
 )
 from trt_spec.runtime.sampling import SamplingParams, greedy_verify, probabilities, rejection_sample, verify_drafts
 

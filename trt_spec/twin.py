@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -144,7 +145,7 @@ class TwinPair:
 
     target: TorchCausalLM
     draft: TorchCausalLM
-    tokenizer: object  # a transformers tokenizer
+    tokenizer: Any  # a transformers tokenizer (AutoTokenizer's class varies by model)
     eos_token_ids: frozenset[int]
     # The engine models over target and draft: what the torch flavor serves, called in-process.
     target_engine: TwinEngine = field(init=False, repr=False)
@@ -260,7 +261,8 @@ class TwinPair:
 
 def _step_params(model: torch.nn.Module) -> int:
     """The parameters one decode step reads: all but the input embedding's."""
-    embedding = model.get_input_embeddings().weight
+    transformers_model: Any = model  # get_input_embeddings() is transformers', beyond torch.nn.Module's types
+    embedding = transformers_model.get_input_embeddings().weight
     return sum(p.numel() for p in model.parameters() if p is not embedding)
 
 

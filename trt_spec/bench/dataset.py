@@ -215,7 +215,8 @@ def load_workload(
     kind, name = _kind(records[0], column, source)
     order = list(range(len(records)))
     random.Random(seed).shuffle(order)
-    prompts, too_long = [], 0
+    prompts: list[DatasetPrompt] = []
+    too_long = 0
     for index in order:
         if len(prompts) == num_prompts:
             break

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -237,16 +238,16 @@ def _run_one(
     pair: TwinPair, prompt: list[int], name: Configuration, temperature: float, max_new_tokens: int, seed: int
 ) -> tuple[int, float, RequestStats | None]:
     """(tokens, seconds, stats or None) of one request."""
-    if name == "hf plain" or (isinstance(name, tuple) and name[0] == "hf"):
-        k = None if name == "hf plain" else name[1]
+    kind, num_draft_tokens = (name, 0) if isinstance(name, str) else name
+    if kind in ("hf plain", "hf"):
+        k = None if kind == "hf plain" else num_draft_tokens
         tokens, seconds = hf_generate(pair, prompt, max_new_tokens, temperature, k, seed)
         return tokens, seconds, None
-    num_draft_tokens = 0 if name == "plain" else name[1]
     params = GenerationParams(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         num_draft_tokens=num_draft_tokens,
-        adaptive_draft=name != "plain" and name[0] == "adaptive",
+        adaptive_draft=kind == "adaptive",
         eos_token_ids=pair.eos_token_ids,
         step_costs=pair.step_costs(),
     )
@@ -272,7 +273,9 @@ def hf_generate(
     every step like the fixed-K runs it is compared with: ``num_assistant_tokens`` = K, schedule
     ``"constant"``, confidence threshold 0 (off).
     """
-    target, draft = pair.target.model, pair.draft.model
+    # transformers models: generate() and generation_config are theirs, beyond torch.nn.Module's types
+    target: Any = pair.target.model
+    draft: Any = pair.draft.model
     input_ids = torch.tensor([list(prompt)], device=pair.target.device)  # [1, prompt]
     kwargs = {
         "attention_mask": torch.ones_like(input_ids),

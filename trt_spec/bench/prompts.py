@@ -18,7 +18,9 @@ MAX_NEW_TOKENS = 96
 
 def load_prompt_texts() -> list[dict]:
     """The packaged benchmark prompts, each ``{"file": ..., "text": ...}``."""
-    path = resources.files("trt_spec").joinpath(*PROMPTS_RESOURCE)
+    path = resources.files("trt_spec")
+    for part in PROMPTS_RESOURCE:  # one part a call: Python 3.10's Traversable.joinpath takes one
+        path = path.joinpath(part)
     return json.loads(path.read_text())["prompts"]
 
 

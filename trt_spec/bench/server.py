@@ -381,7 +381,7 @@ def _run_local(pair: TwinPair, prompt: str, num_draft_tokens: int, options: dict
 
     pair.target.reset()
     pair.draft.reset()
-    tokenizer: Any = pair.tokenizer  # a transformers tokenizer, untyped (TwinPair holds it as object)
+    tokenizer: Any = pair.tokenizer  # a transformers tokenizer (untyped)
     ids = list(tokenizer(prompt).input_ids)  # as preprocessing encodes it
     params = GenerationParams(
         max_new_tokens=options[T.MAX_TOKENS.name],

@@ -120,6 +120,11 @@ def _value(inputs: Mapping[str, np.ndarray], name: str) -> bool | int | float | 
     return None if array is None else array.reshape(-1)[0].item()
 
 
+def _required_value(inputs: Mapping[str, np.ndarray], name: str) -> bool | int | float:
+    """The value of an input :func:`read_loop_requests` checked is present (a preprocessing output)."""
+    return inputs[name].reshape(-1)[0].item()
+
+
 def read_loop_requests(inputs: Mapping[str, np.ndarray], settings: LoopParameters) -> list[LoopRequest]:
     """The loop model's inputs (each ``[N, ...]``: one row per prompt) -> one :class:`LoopRequest`
     per prompt; ``settings``: the loop model's config parameters.
@@ -154,25 +159,25 @@ def read_loop_request(inputs: Mapping[str, np.ndarray], settings: LoopParameters
 
 def _read_prompt(inputs: Mapping[str, np.ndarray], settings: LoopParameters, row: int, size: int) -> LoopRequest:
     input_ids = inputs[T.INPUT_IDS.name].reshape(-1)
-    length = int(_value(inputs, T.INPUT_LENGTHS.name))
-    end_id = int(_value(inputs, T.END_ID.name))
-    num_draft_tokens = int(_value(inputs, T.NUM_DRAFT_TOKENS.name))
+    length = int(_required_value(inputs, T.INPUT_LENGTHS.name))
+    end_id = int(_required_value(inputs, T.END_ID.name))
+    num_draft_tokens = int(_required_value(inputs, T.NUM_DRAFT_TOKENS.name))
     if num_draft_tokens > settings.max_draft_len:
         raise GenerationParamsError(
             f"num_draft_tokens must be at most the target engine's max_draft_len {settings.max_draft_len}; "
             f"got {num_draft_tokens}"
         )
-    temperature = float(_value(inputs, T.ENGINE_TEMPERATURE.name))
+    temperature = float(_required_value(inputs, T.ENGINE_TEMPERATURE.name))
     if temperature != GREEDY_TEMPERATURE and not settings.use_draft_logits:
         num_draft_tokens = PLAIN_DECODING  # token matching is not exact on the engines (docstring)
     adaptive = _value(inputs, T.ADAPTIVE_DRAFT.name)
     adaptive = settings.adaptive_draft if adaptive is None else bool(adaptive)
     stop_words = inputs[T.STOP_WORDS_LIST.name]
     params = GenerationParams(
-        max_new_tokens=int(_value(inputs, T.REQUEST_OUTPUT_LEN.name)),
+        max_new_tokens=int(_required_value(inputs, T.REQUEST_OUTPUT_LEN.name)),
         temperature=temperature,
-        top_k=int(_value(inputs, T.RUNTIME_TOP_K.name)),
-        top_p=float(_value(inputs, T.RUNTIME_TOP_P.name)),
+        top_k=int(_required_value(inputs, T.RUNTIME_TOP_K.name)),
+        top_p=float(_required_value(inputs, T.RUNTIME_TOP_P.name)),
         num_draft_tokens=num_draft_tokens,
         adaptive_draft=adaptive and num_draft_tokens > 0,
         eos_token_ids=frozenset({end_id}),
@@ -190,10 +195,10 @@ def _read_prompt(inputs: Mapping[str, np.ndarray], settings: LoopParameters, row
     bias = inputs[T.EMBEDDING_BIAS.name].reshape(-1).astype(np.float32)
     has_bias = bool(bias.size and np.any(bias))
     penalties = Penalties(  # raises GenerationParamsError on a bad value
-        repetition_penalty=float(_value(inputs, T.ENGINE_REPETITION_PENALTY.name)),
-        presence_penalty=float(_value(inputs, T.ENGINE_PRESENCE_PENALTY.name)),
-        frequency_penalty=float(_value(inputs, T.ENGINE_FREQUENCY_PENALTY.name)),
-        min_tokens=int(_value(inputs, T.ENGINE_MIN_TOKENS.name)),
+        repetition_penalty=float(_required_value(inputs, T.ENGINE_REPETITION_PENALTY.name)),
+        presence_penalty=float(_required_value(inputs, T.ENGINE_PRESENCE_PENALTY.name)),
+        frequency_penalty=float(_required_value(inputs, T.ENGINE_FREQUENCY_PENALTY.name)),
+        min_tokens=int(_required_value(inputs, T.ENGINE_MIN_TOKENS.name)),
         bad_words=T.stop_words_from_list(bad_words[0].tolist()),
         embedding_bias=tuple((int(i), float(bias[i])) for i in np.flatnonzero(bias)) if has_bias else (),
     )
@@ -211,7 +216,7 @@ def _read_prompt(inputs: Mapping[str, np.ndarray], settings: LoopParameters, row
         prompt=[int(token) for token in input_ids[:length]],
         params=params,
         end_id=end_id,
-        pad_id=int(_value(inputs, T.PAD_ID.name)),
+        pad_id=int(_required_value(inputs, T.PAD_ID.name)),
         stop_words_list=np.ascontiguousarray(stop_words.reshape(1, 2, -1), dtype=np.int32),
         seed=random.SystemRandom().getrandbits(_SEED_BITS) if seed is None else int(seed),
         stream=bool(_value(inputs, T.STREAMING.name)),

@@ -21,15 +21,19 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
 from trt_spec.runtime.loop import common_prefix_length
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
+    from typing_extensions import Self
 
 LLAMA_MODEL_TYPES = ("llama",)
 RUNNERS = ("auto", "llama", "hf")  # auto: llama where the model is one, else hf
@@ -46,11 +50,21 @@ class Runner(Protocol):
     def crop(self, length: int) -> None:
         """Keep only positions 0..length-1 in the cache."""
 
-    def fork(self) -> Runner:
+    def fork(self) -> Self:
         """A runner over the same weights with an empty cache of its own."""
 
-    def copy_prefix(self, other: Runner, length: int) -> None:
+    def copy_prefix(self, other: Self, length: int) -> None:
         """Replace this cache with positions 0..length-1 of ``other``'s (a runner of the same model)."""
+
+
+class _Projection(Protocol):
+    """An ``nn.Linear``'s weights, as a fused projection reads them."""
+
+    @property
+    def weight(self) -> torch.Tensor: ...
+
+    @property
+    def bias(self) -> torch.Tensor | None: ...
 
 
 class TorchCausalLM:
@@ -70,9 +84,10 @@ class TorchCausalLM:
         if runner not in RUNNERS:
             raise ValueError(f"runner must be one of {', '.join(RUNNERS)}; got {runner!r}")
         self.model = model.eval()
-        self.config = model.config
+        config: Any = model.config  # a transformers config: torch types a module's attributes as Tensor | Module
+        self.config = config
         self.device = next(model.parameters()).device
-        text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
         self.vocab_size: int = text_config.vocab_size
         self.max_length: int | None = getattr(text_config, "max_position_embeddings", None)
         is_llama = getattr(text_config, "model_type", None) in LLAMA_MODEL_TYPES
@@ -98,7 +113,7 @@ class TorchCausalLM:
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         dtype = dtype or (torch.float16 if device.type == "cuda" else torch.float32)
         with _quiet_loading():
-            model = AutoModelForCausalLM.from_pretrained(str(path), **{_dtype_argument(): dtype})
+            model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(str(path), **{_dtype_argument(): dtype})
         return cls(model.to(device), runner=runner)
 
     @property
@@ -164,13 +179,14 @@ class HFRunner:
         # transformers 5 renamed `past_key_values` to `cache`.
         self._cache_argument = "cache" if "cache" in forward_params else "past_key_values"
         self._keeps_logits = "logits_to_keep" in forward_params
-        self._cache = None
+        self._cache: DynamicCache | None = None
         self._length = 0
 
     def crop(self, length: int) -> None:
         if length == 0:
             self._cache = None
         elif length < self._length:
+            assert self._cache is not None  # a cached length > 0: forward made the cache
             self._cache.crop(length - self._length)  # negative: drop that many (4.57 and 5.x alike)
         self._length = min(self._length, length)
 
@@ -211,17 +227,19 @@ class LlamaRunner:
     DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
 
     def __init__(self, model: torch.nn.Module, max_length: int | None):
-        config = model.config
-        decoder = model.model
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
-        self.eps = config.rms_norm_eps
-        self.hidden_act = getattr(config, "hidden_act", None)
-        self.rotary = decoder.rotary_emb
-        self.embed = decoder.embed_tokens.weight  # [V, H]
-        self.final_norm = decoder.norm.weight  # [H]
-        self.lm_head = _Linear([model.lm_head.weight], None)  # H -> V
+        # transformers' LlamaConfig, LlamaModel and head: torch types a module's attributes as Tensor | Module.
+        config: Any = model.config
+        decoder: Any = model.model
+        lm_head: Any = model.lm_head
+        self.num_heads: int = config.num_attention_heads
+        self.num_kv_heads: int = getattr(config, "num_key_value_heads", None) or self.num_heads
+        self.head_dim: int = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.eps: float = config.rms_norm_eps
+        self.hidden_act: str | None = getattr(config, "hidden_act", None)
+        self.rotary: torch.nn.Module = decoder.rotary_emb
+        self.embed: torch.Tensor = decoder.embed_tokens.weight  # [V, H]
+        self.final_norm: torch.Tensor = decoder.norm.weight  # [H]
+        self.lm_head = _Linear([lm_head.weight], None)  # H -> V
         self.layers = [_LlamaLayer(layer, self) for layer in decoder.layers]
         self.max_length = max_length
         self._static_rope = getattr(self.rotary, "rope_type", "default") not in self.DYNAMIC_ROPE_TYPES
@@ -300,22 +318,36 @@ class LlamaRunner:
 
 
 class _LlamaLayer:
-    """One decoder layer's weights, projections fused: [q k v] and [gate up]."""
+    """One decoder layer's weights, projections fused: [q k v] and [gate up].
 
-    def __init__(self, layer: torch.nn.Module, runner: LlamaRunner):
+    ``layer``: transformers' ``LlamaDecoderLayer`` (Any: torch types a module's submodules as
+    Tensor | Module)."""
+
+    def __init__(self, layer: Any, runner: LlamaRunner):
         attention, mlp = layer.self_attn, layer.mlp
         self.runner = runner
-        self.input_norm = layer.input_layernorm.weight
-        self.post_attention_norm = layer.post_attention_layernorm.weight
+        self.input_norm: torch.Tensor = layer.input_layernorm.weight
+        self.post_attention_norm: torch.Tensor = layer.post_attention_layernorm.weight
         projections = (attention.q_proj, attention.k_proj, attention.v_proj)
         self.qkv = _Linear([p.weight for p in projections], _fused_bias(projections))  # H -> (heads + 2 kv) d
         self.o_proj = _Linear([attention.o_proj.weight], attention.o_proj.bias)  # heads d -> H
         self.gate_up = _Linear([mlp.gate_proj.weight, mlp.up_proj.weight], _fused_bias((mlp.gate_proj, mlp.up_proj)))
         self.down = _Linear([mlp.down_proj.weight], mlp.down_proj.bias)  # I -> H
-        self.act = F.silu if runner.hidden_act == "silu" else mlp.act_fn  # the module costs a dispatch more
-        self.intermediate_size = mlp.gate_proj.weight.shape[0]
+        # F.silu rather than the module: the module costs a dispatch more
+        self.act: Callable[[torch.Tensor], torch.Tensor] = F.silu if runner.hidden_act == "silu" else mlp.act_fn
+        self.intermediate_size: int = mlp.gate_proj.weight.shape[0]
 
-    def forward(self, hidden, cos, signed_sin, keys, values, start: int, end: int, mask):
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        signed_sin: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        start: int,
+        end: int,
+        mask: torch.Tensor | None,
+    ) -> torch.Tensor:
         """``hidden`` ``[n, H]`` at positions start..end-1 -> ``[n, H]``; writes the new keys and
         values into ``keys``/``values`` ``[kv_heads, capacity, d]``."""
         runner = self.runner
@@ -371,9 +403,11 @@ class _Linear:
             out = torch.ops.mkldnn._linear_pointwise(hidden, self.packed, self.bias, "none", [], "")
             return out if residual is None else out.add_(residual)
         assert self.input_major is not None
-        if residual is None and self.bias is None:
-            return hidden @ self.input_major
-        addend = residual if self.bias is None else (self.bias if residual is None else residual + self.bias)
+        if self.bias is None:
+            if residual is None:
+                return hidden @ self.input_major
+            return torch.addmm(residual, hidden, self.input_major)
+        addend = self.bias if residual is None else residual + self.bias
         return torch.addmm(addend, hidden, self.input_major)
 
 
@@ -389,7 +423,9 @@ def _onednn_suits(weight: torch.Tensor) -> bool:
     return True
 
 
-def _attention(query, keys, values, mask):
+def _attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
     if _SDPA_HAS_GQA:
         return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, enable_gqa=True)
     groups = query.shape[1] // keys.shape[1]
@@ -406,17 +442,18 @@ def _rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.T
     return weight * normed.to(hidden.dtype)
 
 
-def _fused_bias(projections) -> torch.Tensor | None:
+def _fused_bias(projections: Sequence[_Projection]) -> torch.Tensor | None:
     if all(p.bias is None for p in projections):
         return None
     return torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in projections])
 
 
-def _new_dynamic_cache(model: torch.nn.Module):
+def _new_dynamic_cache(model: torch.nn.Module) -> DynamicCache:
     from transformers import DynamicCache
 
+    config: Any = model.config  # a transformers config: torch types a module's attributes as Tensor | Module
     try:
-        return DynamicCache(config=model.config)
+        return DynamicCache(config=config)
     except TypeError:  # transformers releases whose DynamicCache takes no config
         return DynamicCache()
 
