@@ -12,6 +12,7 @@ from conftest import EXAMPLES
 from test_twin import assert_same_greedy, reference_greedy
 
 from trt_spec.bench.inprocess import BenchConfig, run_local_bench
+from trt_spec.bench.rows import FixedRow
 from trt_spec.checkpoints.config import ModelInfo
 from trt_spec.gpus import GPUS
 from trt_spec.plan import make_plan
@@ -148,8 +149,10 @@ def one_thread():
 
 def test_cost_model_fed_measured_step_costs_matches_the_measured_speedup(one_thread):
     """The cost model projection.py feeds with bytes over bandwidth, fed instead this CPU's t_1,
-    t_(K+1), t_d and alpha measured by the bench's in-process code, predicts the speedup measured in
-    the same run within 15% at its best K (the K the model picks from the measured step costs)."""
+    t_(K+1), t_d and prefill times measured by the bench's in-process code and the run's own tokens
+    per target call, predicts the speedup measured in the same run within 15% at its best K (the K
+    the model picks). The prefill term matters here: 3 prompts x 32 tokens prefill once per ~12
+    target calls, which the i.i.d. alpha figure alone (no prefill) overstates by 10-20%."""
     pair = TwinPair.from_dirs(SMALL_PAIR / "target", SMALL_PAIR / "draft")
     config = BenchConfig(
         ks=(1, 2, 3, 4),
@@ -163,11 +166,10 @@ def test_cost_model_fed_measured_step_costs_matches_the_measured_speedup(one_thr
     seen = []
     for _ in range(CPU_ATTEMPTS):
         report = run_local_bench(pair, config)
-        by_k = {row.k: row for row in report.rows}
-        model = best_row(cost_model_rows(by_k[k].alpha, report.step_times, [k])[0] for k in config.ks)
-        measured = by_k[model.k].speedup
-        seen.append((model.k, round(measured, 3), round(model.speedup, 3)))
-        if abs(measured / model.speedup - 1) <= CPU_TOLERANCE:
+        rows = [row for row in report.rows if isinstance(row, FixedRow)]
+        best = max(rows, key=lambda row: row.cost_model_speedup)
+        seen.append((best.k, round(best.speedup, 3), round(best.cost_model_speedup, 3)))
+        if abs(best.speedup / best.cost_model_speedup - 1) <= CPU_TOLERANCE:
             return
     pytest.fail(f"(best K, measured, model) per attempt: {seen}; step times of the last: {report.step_times}")
 
