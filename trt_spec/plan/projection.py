@@ -40,10 +40,18 @@ from trt_spec.checkpoints.config import ModelInfo
 from trt_spec.gpus import GIGA, GPUS, TERA, GpuSpec
 from trt_spec.plan import Plan
 from trt_spec.plan.memory import DTYPE_BYTES, kv_bytes_per_token_per_rank, rank_params
-from trt_spec.runtime.costs import CostModelRow, StepTimes, best_row, cost_model_rows
+from trt_spec.runtime.costs import (
+    Acceptance,
+    AcceptanceProfile,
+    CostModelRow,
+    StepTimes,
+    alpha_of,
+    best_row,
+    cost_model_rows,
+)
 
 # A typical per-position acceptance of a well-matched pair at temperature 0: a placeholder, not a
-# measurement. Measure yours with `trt-spec bench` on your prompts and pass it as --alpha.
+# measurement. Measure yours on your prompts with `trt-spec tune` (its report: --tuning).
 DEFAULT_ALPHA = 0.7
 DEFAULT_MAX_K = 8  # the largest K `trt-spec bench` measures by default
 DEFAULT_BATCH = 1  # one stream: the latency case speculative decoding is for
@@ -138,14 +146,15 @@ def with_fixed_costs(step_times: StepTimes, target_s: float, draft_s: float) -> 
 
 @dataclass(frozen=True)
 class Projection:
-    """The projected cost model of a plan on its GPU, at one acceptance."""
+    """The projected cost model of a plan on its GPU, at one acceptance (an i.i.d. alpha, or the
+    profile ``trt-spec tune`` measured)."""
 
     gpu_key: str  # the spec's engine.gpu
     gpu: GpuSpec
     dtype: str
     target_model: ModelInfo
     draft_model: ModelInfo
-    alpha: float
+    acceptance: Acceptance
     context: int  # tokens cached per sequence
     batch: int
     target_tp: int
@@ -156,6 +165,15 @@ class Projection:
     step_times: StepTimes  # seconds, the cost model's feed
     rows: tuple[CostModelRow, ...]
     spec_k: int  # the spec's num_draft_tokens
+
+    @property
+    def alpha(self) -> float:
+        return alpha_of(self.acceptance)
+
+    @property
+    def measured(self) -> bool:
+        """Acceptance from a measured profile rather than an assumed alpha."""
+        return isinstance(self.acceptance, AcceptanceProfile)
 
     @property
     def best(self) -> CostModelRow:
@@ -171,7 +189,7 @@ class Projection:
         times = with_fixed_costs(
             self.step_times, fixed_kernel_seconds(self.target_model), fixed_kernel_seconds(self.draft_model)
         )
-        return tuple(cost_model_rows(self.alpha, times, self.verify))
+        return tuple(cost_model_rows(self.acceptance, times, self.verify))
 
     @property
     def memory_bound_tokens(self) -> int:
@@ -184,6 +202,9 @@ class Projection:
         return {
             "gpu": self.gpu_key,
             "alpha": self.alpha,
+            "acceptance_profile": (
+                list(self.acceptance.accepted_through) if isinstance(self.acceptance, AcceptanceProfile) else None
+            ),
             "context_tokens": self.context,
             "batch": self.batch,
             "hbm_bytes_per_s": self.gpu.hbm_bytes_per_s,
@@ -213,13 +234,14 @@ class Projection:
 
 def project_plan(
     plan: Plan,
-    alpha: float = DEFAULT_ALPHA,
+    acceptance: Acceptance = DEFAULT_ALPHA,
     *,
     max_k: int = DEFAULT_MAX_K,
     context: int | None = None,
     batch: int = DEFAULT_BATCH,
 ) -> Projection:
-    """The projection for ``plan`` on its spec's GPU for K in 1..``max_k``.
+    """The projection for ``plan`` on its spec's GPU for K in 1..``max_k`` (at most the K a
+    measured profile reaches).
 
     ``context``: tokens already in each sequence's KV cache (default: the spec's max_input_len, a
     full-length prompt).
@@ -227,8 +249,10 @@ def project_plan(
     Raises:
         ValueError: alpha outside [0, 1], max_k, context or batch below 1.
     """
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
+    if isinstance(acceptance, AcceptanceProfile):
+        max_k = min(max_k, acceptance.max_k)
+    elif not 0 <= acceptance <= 1:
+        raise ValueError(f"alpha must be in [0, 1]; got {acceptance}")
     if max_k < 1 or batch < 1 or (context is not None and context < 1):
         raise ValueError(f"max_k, context and batch must be at least 1; got {max_k}, {context}, {batch}")
     spec = plan.spec
@@ -262,7 +286,7 @@ def project_plan(
         dtype=spec.engine.dtype,
         target_model=plan.target.model,
         draft_model=plan.draft.model,
-        alpha=alpha,
+        acceptance=acceptance,
         context=context,
         batch=batch,
         target_tp=spec.target.tp_size,
@@ -271,7 +295,7 @@ def project_plan(
         draft=draft,
         verify=verify,
         step_times=step_times,
-        rows=tuple(cost_model_rows(alpha, step_times, ks)),
+        rows=tuple(cost_model_rows(acceptance, step_times, ks)),
         spec_k=spec.num_draft_tokens,
     )
 
@@ -288,7 +312,7 @@ class ScheduleStep:
         return {"in_flight": self.in_flight, "k": self.k, "speedup": self.speedup}
 
 
-def k_schedule(plan: Plan, alpha: float = DEFAULT_ALPHA, *, context: int | None = None) -> list[ScheduleStep]:
+def k_schedule(plan: Plan, acceptance: Acceptance = DEFAULT_ALPHA, *, context: int | None = None) -> list[ScheduleStep]:
     """The best K (up to the spec's, the target engine's max_draft_len: K is fixed at build) for
     each number of requests in flight, 1 .. the spec's max_batch_size, from the projection at that
     batch: plain decoding gains from batching while a step stays memory-bound,
@@ -301,16 +325,33 @@ def k_schedule(plan: Plan, alpha: float = DEFAULT_ALPHA, *, context: int | None 
     """
     steps = []
     for in_flight in range(1, plan.spec.engine.max_batch_size + 1):
-        best = project_plan(plan, alpha, max_k=plan.spec.num_draft_tokens, context=context, batch=in_flight).best
+        best = project_plan(plan, acceptance, max_k=plan.spec.num_draft_tokens, context=context, batch=in_flight).best
         steps.append(
             ScheduleStep(in_flight, best.k, best.speedup) if best.speedup > 1 else ScheduleStep(in_flight, 0, 1.0)
         )
     return steps
 
 
-def render_schedule(steps: list[ScheduleStep], alpha: float) -> list[str]:
-    """The schedule as ranges of requests in flight that share a K, and where speculation stops paying."""
-    lines = [f"K by requests in flight (projection at alpha {alpha:.2f}; batch x (K + 1) tokens per target step):"]
+def loop_schedule(steps: list[ScheduleStep], spec_k: int) -> tuple[int, ...]:
+    """The K the loop model runs for each number of requests in flight (its ``k_schedule``), from
+    the projection's best K per load: the spec's K (the user's choice, which ``check --tuning``
+    questions) while load leaves the projected best K where it is for one request, and the
+    projected best where load lowers it, down to 0. Empty (no schedule: the spec's K at any load)
+    when the projection finds no K that pays even for one request: that is the spec's call, which
+    ``plan`` reports, not the loop's."""
+    if not steps or steps[0].k == 0:
+        return ()
+    alone = steps[0].k
+    return tuple(spec_k if step.k >= alone else min(step.k, spec_k) for step in steps)
+
+
+def render_schedule(steps: list[ScheduleStep], acceptance: Acceptance, spec_k: int | None = None) -> list[str]:
+    """The schedule as ranges of requests in flight that share a K, and where speculation stops
+    paying; with ``spec_k``, also what the loop model runs (:func:`loop_schedule`)."""
+    lines = [
+        f"K by requests in flight (projection at {describe_acceptance(acceptance)}; "
+        "batch x (K + 1) tokens per target step):"
+    ]
     start = 0
     for index in range(1, len(steps) + 1):
         if index == len(steps) or steps[index].k != steps[start].k:
@@ -329,6 +370,15 @@ def render_schedule(steps: list[ScheduleStep], alpha: float) -> list[str]:
         if stop is not None
         else f"  speculation pays up to max_batch_size ({len(steps)} in flight)"
     )
+    if spec_k is not None:
+        runs = loop_schedule(steps, spec_k)
+        lines.append(
+            "  the loop model (tensorrtllm flavor) runs K "
+            + " ".join(map(str, runs))
+            + f" for 1..{len(runs)} in flight: the spec's K {spec_k} until load lowers the projected best"
+            if runs
+            else f"  the loop model keeps the spec's K {spec_k} at any load (no K pays even for one request here)"
+        )
     return lines
 
 
@@ -357,8 +407,13 @@ def render_projection(projection: Projection) -> list[str]:
         f"{target.arithmetic_intensity:.1f} FLOP/byte at 1 token, {widest.arithmetic_intensity:.1f} at K = {max_k}; "
         f"{gpu.name} ridge point {gpu.ridge_point:.0f} FLOP/byte: the target's step turns compute-bound near "
         f"{projection.memory_bound_tokens} tokens per step (batch x (K + 1))",
-        f"  at alpha {projection.alpha:.2f} (--alpha): E = (1 - alpha^(K+1)) / (1 - alpha), "
-        "speedup = E / (1 + K c + (t_(K+1)/t_1 - 1))",
+        (
+            f"  at the {describe_acceptance(projection.acceptance)}: E = 1 + the fractions accepted through "
+            "positions 1..K, speedup = E / (1 + K c + (t_(K+1)/t_1 - 1))"
+            if projection.measured
+            else f"  at alpha {projection.alpha:.2f} (--alpha; measure yours with trt-spec tune): "
+            "E = (1 - alpha^(K+1)) / (1 - alpha), speedup = E / (1 + K c + (t_(K+1)/t_1 - 1))"
+        ),
         f"  {'K':>3} {'tokens/call':>11} {'t_(K+1)/t_1':>11} {'speedup':>8}",
     ]
     for row in projection.rows:
@@ -372,6 +427,14 @@ def render_projection(projection: Projection) -> list[str]:
     )
     lines.append("  " + describe_fixed_costs(projection))
     return lines
+
+
+def describe_acceptance(acceptance: Acceptance) -> str:
+    """Which acceptance a projection uses, in a few words."""
+    if isinstance(acceptance, AcceptanceProfile):
+        through = ", ".join(f"{value:.2f}" for value in acceptance.accepted_through)
+        return f"acceptance measured by trt-spec tune (alpha {acceptance.alpha:.2f}; accepted through 1..K: {through})"
+    return f"alpha {acceptance:.2f}"
 
 
 def describe_fixed_costs(projection: Projection) -> str:

@@ -17,11 +17,17 @@ Its feeds, by name:
   the spec's GPU from bytes over bandwidth (``trt_spec.plan.projection``, ``plan``);
 - :class:`StepCosts`: a deployment's *fixed* costs relative to t_1, what adaptive K weighs
   acceptance against (derived from step times, or from the two models' parameter counts).
+
+Acceptance comes as one alpha (i.i.d. per position: the E above) or as an
+:class:`AcceptanceProfile` measured on the user's prompts (``trt-spec tune``): the fraction of
+steps whose first i drafts were all accepted, per position i, which gives E(K) without assuming
+that acceptance is the same at every position (it falls with position: the draft's later guesses
+condition on its own earlier ones).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from trt_spec.runtime.errors import GenerationParamsError
@@ -30,6 +36,71 @@ from trt_spec.runtime.errors import GenerationParamsError
 def expected_tokens_per_call(alpha: float, num_draft_tokens: int) -> float:
     """E = (1 - alpha^(K+1)) / (1 - alpha), written as the sum 1 + alpha + ... + alpha^K (no 0/0 at 1)."""
     return sum(alpha**power for power in range(num_draft_tokens + 1))
+
+
+@dataclass(frozen=True)
+class AcceptanceProfile:
+    """Acceptance measured per draft position: ``accepted_through[i - 1]`` = the fraction of the
+    steps that drafted position i whose drafts 1..i were all accepted (vLLM's per-position
+    acceptance; :attr:`trt_spec.runtime.loop.RequestStats.acceptance_by_position`), measured at K =
+    len(accepted_through) drafts per step. ``alpha`` is the same run's per-position acceptance
+    accepted / (accepted + rejections), for what wants one number.
+
+    Raises:
+        ValueError: an empty profile, a fraction outside [0, 1], or one above the position before
+            it (all of 1..i accepted is never likelier than all of 1..i-1).
+    """
+
+    accepted_through: tuple[float, ...]
+    alpha: float
+
+    def __post_init__(self) -> None:
+        values = self.accepted_through
+        if not values:
+            raise ValueError("an acceptance profile needs at least one position")
+        if not all(0 <= value <= 1 for value in (*values, self.alpha)):
+            raise ValueError(f"acceptance fractions must be in [0, 1]; got {list(values)}, alpha {self.alpha}")
+        if any(later > earlier + 1e-9 for earlier, later in zip(values, values[1:])):
+            raise ValueError(f"acceptance through position i cannot exceed that through i - 1; got {list(values)}")
+
+    @classmethod
+    def measured(cls, accepted_through: Sequence[float], alpha: float) -> AcceptanceProfile:
+        """From a run's per-position fractions, made monotone (a later position's fraction over
+        fewer steps, near the end of a generation, can come out a hair above the one before)."""
+        monotone: list[float] = []
+        for value in accepted_through:
+            monotone.append(min(value, monotone[-1]) if monotone else value)
+        return cls(tuple(monotone), alpha)
+
+    @property
+    def max_k(self) -> int:
+        return len(self.accepted_through)
+
+    def tokens_per_call(self, num_draft_tokens: int) -> float:
+        """E(K) = 1 + the sum over positions 1..K of the fraction accepted through each: the
+        expected tokens of a step of K drafts (the target's own token, plus each accepted draft).
+
+        Raises:
+            ValueError: K above the K the profile was measured at.
+        """
+        if num_draft_tokens > self.max_k:
+            raise ValueError(f"the acceptance profile was measured up to K = {self.max_k}; got K = {num_draft_tokens}")
+        return 1 + sum(self.accepted_through[:num_draft_tokens])
+
+
+Acceptance = float | AcceptanceProfile  # one i.i.d. alpha, or a measured profile
+
+
+def tokens_per_call(acceptance: Acceptance, num_draft_tokens: int) -> float:
+    """E at K from either kind of acceptance."""
+    if isinstance(acceptance, AcceptanceProfile):
+        return acceptance.tokens_per_call(num_draft_tokens)
+    return expected_tokens_per_call(acceptance, num_draft_tokens)
+
+
+def alpha_of(acceptance: Acceptance) -> float:
+    """The one-number acceptance: alpha itself, or a profile's measured alpha."""
+    return acceptance.alpha if isinstance(acceptance, AcceptanceProfile) else acceptance
 
 
 def speedup(
@@ -72,18 +143,24 @@ class StepCosts:
     near-tie between the target's two best tokens could then come out differently. With fixed
     costs, K depends on the tokens alone, so one request always gives the same tokens.
 
+    ``prior_alpha``: the acceptance adaptive K starts each request from, measured on the user's
+    prompts (``trt-spec tune``); ``None``: an uninformed start (0.5, weighed as two decisions).
+
     Raises:
         GenerationParamsError: a cost that is negative or not finite.
     """
 
     draft: float
     verify_slope: float
+    prior_alpha: float | None = None
 
     def __post_init__(self) -> None:
         if not (0 <= self.draft < float("inf") and 0 <= self.verify_slope < float("inf")):
             raise GenerationParamsError(
                 f"step costs must be finite and >= 0; got draft {self.draft}, verify_slope {self.verify_slope}"
             )
+        if self.prior_alpha is not None and not 0 <= self.prior_alpha <= 1:
+            raise GenerationParamsError(f"prior_alpha must be in [0, 1]; got {self.prior_alpha}")
 
     @classmethod
     def from_parameters(cls, draft_params: float, target_params: float, verify_slope: float) -> StepCosts:
@@ -147,11 +224,11 @@ class StepTimes:
         slope = (self.target_by_num_tokens[k + 1] - self.target_1) / (k * self.target_1)
         return StepCosts(draft=self.cost_ratio, verify_slope=max(0.0, slope))
 
-    def speedup(self, alpha: float, num_draft_tokens: int) -> float:
-        """:func:`speedup` fed these times at i.i.d. acceptance alpha: E t_1 / (K t_d + t_{K+1}),
-        the speedup over plain decoding if the loop cost nothing."""
+    def speedup(self, acceptance: Acceptance, num_draft_tokens: int) -> float:
+        """:func:`speedup` fed these times at ``acceptance`` (an i.i.d. alpha or a measured profile):
+        E t_1 / (K t_d + t_{K+1}), the speedup over plain decoding if the loop cost nothing."""
         k = num_draft_tokens
-        return speedup(k, self.draft_ratio(k), self.verify_ratio(k), expected_tokens_per_call(alpha, k))
+        return speedup(k, self.draft_ratio(k), self.verify_ratio(k), tokens_per_call(acceptance, k))
 
     def run_speedup(self, num_draft_tokens: int, tokens: int, target_calls: int, requests: int) -> float:
         """:func:`speedup` fed one run's own counts: ``tokens`` generated in ``target_calls`` by
@@ -175,21 +252,21 @@ class CostModelRow:
     """The cost model at one K (ratios are of seconds, so unitless)."""
 
     k: int
-    tokens_per_target_call: float  # E = (1 - alpha^(K+1)) / (1 - alpha)
+    tokens_per_target_call: float  # E: (1 - alpha^(K+1)) / (1 - alpha), or from a measured profile
     draft_cost_ratio: float  # c = t_d / t_1
     verify_cost_ratio: float  # r = t_(K+1) / t_1
     speedup: float  # E / (K c + r), over plain decoding
 
 
-def cost_model_rows(alpha: float, step_times: StepTimes, ks: Iterable[int]) -> list[CostModelRow]:
+def cost_model_rows(acceptance: Acceptance, step_times: StepTimes, ks: Iterable[int]) -> list[CostModelRow]:
     """:meth:`StepTimes.speedup` and its parts for each K in ``ks`` (each needs its t_(K+1))."""
     return [
         CostModelRow(
             k=k,
-            tokens_per_target_call=expected_tokens_per_call(alpha, k),
+            tokens_per_target_call=tokens_per_call(acceptance, k),
             draft_cost_ratio=step_times.draft_ratio(k),
             verify_cost_ratio=step_times.verify_ratio(k),
-            speedup=step_times.speedup(alpha, k),
+            speedup=step_times.speedup(acceptance, k),
         )
         for k in ks
     ]
