@@ -459,6 +459,8 @@ def test_loop_parameters_from_the_config():
         "adaptive_draft": "true",
         "draft_cost": str(DEFAULT_STEP_COSTS.draft),
         "verify_slope": str(DEFAULT_STEP_COSTS.verify_slope),
+        "k_schedule": "",  # no K schedule
+        "prior_alpha": "-1",  # no prior acceptance
     }
     config = {"name": T.LOOP, "parameters": {key: {"string_value": value} for key, value in given.items()}}
     settings = LoopParameters.from_config(config)

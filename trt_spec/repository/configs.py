@@ -28,6 +28,7 @@ from trt_spec.plan import Plan
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import DEFAULT_STEP_COSTS, StepCosts
 from trt_spec.runtime.parameters import (
+    NO_PRIOR_ALPHA,
     LoopParameters,
     ModelParameters,
     PostprocessingParameters,
@@ -84,6 +85,18 @@ class RepositorySettings:
     step_costs: StepCosts = DEFAULT_STEP_COSTS  # adaptive K's fixed costs (the flavor's step_costs)
     # Sampled requests verify with the draft's logits (else the target matches tokens; also exact).
     draft_logits: bool = False
+    # K by requests in flight, for 1, 2, ... in flight (the last entry beyond), 0 = plain decoding;
+    # () = none (settings_from_plan: the flavor's, Flavor.k_schedule). Caps the K of requests that
+    # send no num_draft_tokens; a request that sends one keeps it.
+    k_schedule: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        out_of_range = any(not 0 <= k <= self.max_draft_len for k in self.k_schedule)
+        if out_of_range or len(self.k_schedule) > max(1, self.max_batch_size):
+            raise RepositoryError(
+                f"k_schedule must give at most max_batch_size {self.max_batch_size} K values, each in "
+                f"0..max_draft_len {self.max_draft_len}; got {list(self.k_schedule)}"
+            )
 
     def engine(self, role: str) -> EngineSettings:
         return {"target": self.target, "draft": self.draft}[role]
@@ -211,6 +224,7 @@ def postprocessing_config(settings: RepositorySettings) -> ModelConfig:
 
 def loop_config(settings: RepositorySettings) -> ModelConfig:
     """The draft -> verify loop: python, decoupled (it streams each iteration's tokens)."""
+    prior = settings.step_costs.prior_alpha
     return python_model(
         T.LOOP,
         settings,
@@ -224,6 +238,8 @@ def loop_config(settings: RepositorySettings) -> ModelConfig:
             use_draft_logits=settings.draft_logits,
             draft_cost=round(settings.step_costs.draft, 4),
             verify_slope=round(settings.step_costs.verify_slope, 4),
+            k_schedule=LoopParameters.schedule_text(settings.k_schedule),
+            prior_alpha=NO_PRIOR_ALPHA if prior is None else round(prior, 4),
         ),
         decoupled=True,
     )

@@ -13,6 +13,7 @@ The whole repository is written into a sibling temporary directory and renamed i
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from trt_spec.layout import model_repo_dir
 from trt_spec.plan import Plan, make_plan
 from trt_spec.repository import configs, flavors
 from trt_spec.runtime import tensors as T
+from trt_spec.runtime.costs import Acceptance, StepCosts
 from trt_spec.spec import Spec
 
 RUNTIME_DIR = Path(runtime.__file__).resolve().parent  # trt_spec/runtime/
@@ -88,12 +90,15 @@ def write_repository(
     tokenizer_dir: str | Path | None = None,
     adaptive_draft: bool = False,
     torch_threads: int = 1,
+    acceptance: Acceptance | None = None,
+    step_costs: StepCosts | None = None,
+    k_schedule: Sequence[int] | None = None,
 ) -> RepositoryResult:
     """Write the repository for ``spec`` into ``out_dir`` (default: the spec's ``paths.model_repo``).
 
     With engines built, they are cross-checked against the spec first; without, the configs
-    follow the plan and a note says so. ``adaptive_draft`` and ``torch_threads``:
-    see :func:`trt_spec.repository.configs.settings_from_plan`.
+    follow the plan and a note says so. ``adaptive_draft``, ``torch_threads``, ``acceptance``,
+    ``step_costs`` and ``k_schedule``: see :func:`trt_spec.repository.flavors.settings_from_plan`.
 
     Raises:
         EngineMismatchError: a built engine disagrees with the spec.
@@ -114,6 +119,9 @@ def write_repository(
         hf_model_dirs=hf_dirs,
         adaptive_draft=adaptive_draft,
         torch_threads=torch_threads,
+        acceptance=acceptance,
+        step_costs=step_costs,
+        k_schedule=k_schedule,
     )
     notes = chosen.check(plan, settings)
     model_configs = chosen.model_configs(settings)

@@ -12,9 +12,11 @@ lone request's) and answered with its own responses (:func:`response_arrays`, ``
 Per iteration: the draft engine is asked for K tokens (``request_output_len`` = K; it may return
 fewer, e.g. after ``end_id``), the target for ``request_output_len`` = len(drafts) + 1 with
 ``draft_input_ids`` (and ``draft_logits`` when the loop's ``use_draft_logits`` parameter is set and
-the request samples); the target's answer is committed to the state. Both engines get the
-request's ``end_id``, ``pad_id`` and stop words, as TensorRT-LLM's own BLS model sends them
-(``triton_backend/all_models/inflight_batcher_llm/tensorrt_llm_bls/1/lib/triton_decoder.py``,
+the request samples); the target's answer is committed to the state. K follows load: a request
+that sends no ``num_draft_tokens`` drafts at most the loop's K schedule at the number of requests
+in flight (``LoopParameters.k_schedule``; 0 = a plain target call); one that sends it keeps its
+K. Both engines get the request's ``end_id``, ``pad_id`` and stop words, as TensorRT-LLM's own
+BLS model sends them (``triton_backend/all_models/inflight_batcher_llm/tensorrt_llm_bls/1/lib/triton_decoder.py``,
 ``_get_llm_tensors_from_request``), so the target stops where the draft does; and the same
 penalties, bad words and embedding bias, with ``min_tokens`` = what is left of the request's
 minimum, always sent (TensorRT-LLM's default is 1 per request, which would forbid ``end_id`` as
@@ -55,7 +57,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -108,6 +110,8 @@ class LoopRequest:
     bad_words_list: np.ndarray | None = None  # [1, 2, L]: TensorRT-LLM's format; None = no bad words
     embedding_bias: np.ndarray | None = None  # [1, V] float32; None = no bias
     return_log_probs: bool = False
+    # The request sent no num_draft_tokens (its K is the spec's): the loop's K schedule caps it.
+    follows_schedule: bool = False
 
     def temperature_for_scores(self) -> float:
         """The temperature the engines scale by: greedy requests send none (1)."""
@@ -132,7 +136,10 @@ def read_loop_requests(inputs: Mapping[str, np.ndarray], settings: LoopParameter
     Raises:
         GenerationParamsError: a value the loop cannot run with (preprocessing checks the rest).
     """
-    missing = [t.name for t in T.PREPROCESSING_OUTPUTS if t.name not in inputs]
+    # num_draft_tokens_is_default may be absent (a caller of the loop model that is not our
+    # preprocessing): the request then keeps its num_draft_tokens, the K schedule left aside.
+    optional = {T.NUM_DRAFT_TOKENS_IS_DEFAULT.name}
+    missing = [t.name for t in T.PREPROCESSING_OUTPUTS if t.name not in inputs and t.name not in optional]
     if missing:
         raise GenerationParamsError(f"the loop model needs {', '.join(missing)} (preprocessing's outputs)")
     size = inputs[T.INPUT_IDS.name].shape[0]
@@ -182,7 +189,7 @@ def _read_prompt(inputs: Mapping[str, np.ndarray], settings: LoopParameters, row
         adaptive_draft=adaptive and num_draft_tokens > 0,
         eos_token_ids=frozenset({end_id}),
         stop_sequences=T.stop_words_from_list(stop_words[0].tolist()),
-        step_costs=StepCosts(settings.draft_cost, settings.verify_slope),
+        step_costs=StepCosts(settings.draft_cost, settings.verify_slope, settings.prior),
     )
     seed, alias = _value(inputs, T.SEED.name), _value(inputs, T.RANDOM_SEED.name)
     if seed is not None and alias is not None and seed != alias:
@@ -231,6 +238,7 @@ def _read_prompt(inputs: Mapping[str, np.ndarray], settings: LoopParameters, row
         ),
         embedding_bias=bias.reshape(1, -1) if has_bias else None,
         return_log_probs=return_log_probs,
+        follows_schedule=bool(_value(inputs, T.NUM_DRAFT_TOKENS_IS_DEFAULT.name)),
     )
 
 
@@ -342,6 +350,8 @@ class LoopTimes:
     iterations: int = 0
     loop_seconds: float = 0.0  # whole iterations: engine calls, bookkeeping, sending the response
     engine_wait_seconds: float = 0.0  # awaiting the engine models
+    # (requests in flight seen, K used) -> iterations, when the caller counts requests in flight
+    steps_by_load: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
 class Cancelled(Exception):
@@ -362,9 +372,17 @@ async def run_loop(
     is_cancelled: Callable[[], bool] = lambda: False,
     times: LoopTimes | None = None,
     log_probs: list[float] | None = None,
+    in_flight: Callable[[], int] | None = None,
 ) -> LoopState:
     """Run one request to the end; returns its finished :class:`LoopState` (``state``, when
     given: :func:`new_state` made by the caller, who then sees its statistics even on failure).
+
+    ``in_flight()``: the requests in flight in the loop model now (this one included), asked
+    before every step. Each step of a request that follows the schedule
+    (``request.follows_schedule``: it sent no ``num_draft_tokens``) then drafts at most
+    ``settings.scheduled_k(in_flight())`` tokens (0: a plain target call), and ``times`` counts
+    the step by requests in flight and K (``steps_by_load``). ``None``: requests in flight are
+    not counted and no schedule applies.
 
     ``on_tokens(state, new_tokens)`` is called after every step that emitted tokens (it may be
     a coroutine function). ``is_cancelled`` is checked before every step. With
@@ -392,7 +410,14 @@ async def run_loop(
         sequence = list(state.sequence)  # a copy: commit() extends the state's list
         generated = len(state.output)
         min_tokens = request.penalties.after(generated).min_tokens
-        num_draft_tokens = state.next_num_draft_tokens()
+        if in_flight is not None:
+            load = in_flight()
+            cap = settings.scheduled_k(load) if request.follows_schedule else None
+            num_draft_tokens = state.next_num_draft_tokens(cap)
+            key = (load, num_draft_tokens)
+            times.steps_by_load[key] = times.steps_by_load.get(key, 0) + 1
+        else:
+            num_draft_tokens = state.next_num_draft_tokens()
         draft_tokens: list[int] = []
         draft_logits = None
         if num_draft_tokens > 0:

@@ -180,13 +180,19 @@ class AdaptiveDraftLength:
     """
 
     SMOOTHING = 0.9  # weight of the past in the moving average (~10 steps of memory)
-    PRIOR_DECISIONS = 2.0  # alpha starts as 1 accepted + 1 rejected pseudo-observation
+    PRIOR_DECISIONS = 2.0  # uninformed: alpha starts as 1 accepted + 1 rejected pseudo-observation
+    # Informed (costs.prior_alpha, measured on the user's prompts): the prior weighs what the
+    # moving average holds in steady state, as if the request had already run that long at it.
+    MEASURED_PRIOR_DECISIONS = 1 / (1 - SMOOTHING)
 
     def __init__(self, max_draft_tokens: int, costs: StepCosts = DEFAULT_STEP_COSTS):
         self.max_draft_tokens = max_draft_tokens
         self.costs = costs
-        self._accepted = self.PRIOR_DECISIONS / 2
-        self._decided = self.PRIOR_DECISIONS
+        if costs.prior_alpha is None:
+            self._accepted, self._decided = self.PRIOR_DECISIONS / 2, self.PRIOR_DECISIONS
+        else:
+            self._decided = self.MEASURED_PRIOR_DECISIONS
+            self._accepted = costs.prior_alpha * self._decided
 
     @property
     def alpha(self) -> float:
@@ -284,10 +290,13 @@ class LoopState:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
-    def next_num_draft_tokens(self) -> int:
-        """K for the next step (0 = a plain target call): the fixed or adaptive choice, clamped so
-        that the step (K drafts + 1 target token) never passes ``max_new_tokens``."""
+    def next_num_draft_tokens(self, cap: int | None = None) -> int:
+        """K for the next step (0 = a plain target call): the fixed or adaptive choice, at most
+        ``cap`` (the loop model's K schedule under load; ``None``: no cap), clamped so that the step
+        (K drafts + 1 target token) never passes ``max_new_tokens``."""
         wanted = self._adaptive.next_num_draft_tokens() if self._adaptive else self.params.num_draft_tokens
+        if cap is not None:
+            wanted = min(wanted, cap)
         return max(0, min(wanted, self.params.max_new_tokens - len(self.output) - 1))
 
     def commit(
@@ -321,7 +330,7 @@ class LoopState:
             draft_tokens = draft_tokens[:num_verified]  # the rest were discarded unseen
         num_accepted = common_prefix_length(draft_tokens, emitted)
         self.stats.record(len(draft_tokens), num_accepted, draft_seconds, verify_seconds)
-        if self._adaptive:
+        if self._adaptive and draft_tokens:  # a step without drafts observes no acceptance
             self._adaptive.update(len(draft_tokens), num_accepted)
 
         params = self.params

@@ -14,8 +14,9 @@ Standard library only: this module is loaded inside Triton's python-backend stub
 
 from __future__ import annotations
 
+import functools
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
@@ -28,6 +29,7 @@ MAX_DRAFT_TOKENS = 16
 # Keys Triton's python backend itself reads from a model's parameters (a custom execution
 # environment, input tensor placement): a user may add them to any python model; not ours to check.
 PYTHON_BACKEND_KEYS = frozenset({"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"})
+NO_PRIOR_ALPHA = -1.0  # LoopParameters.prior_alpha: no measured prior (adaptive K starts uninformed)
 _FIX = "rewrite the repository with `trt-spec repo --spec F` (the trt-spec that wrote it had other parameters)"
 
 P = TypeVar("P", bound="ModelParameters")
@@ -165,12 +167,65 @@ class LoopParameters(ModelParameters):
     # what each verified position adds; from the plan, so that K depends on the tokens alone.
     draft_cost: float
     verify_slope: float
+    # K by requests in flight: comma-separated, the K for 1, 2, ... requests in flight in the loop
+    # model (the last one for more), 0 = plain decoding; "" = no schedule. Caps the K of requests
+    # that send no num_draft_tokens (fixed or adaptive); a request that sends one keeps it.
+    k_schedule: str = ""
+    # Adaptive K's starting acceptance (StepCosts.prior_alpha, measured on the user's prompts);
+    # NO_PRIOR_ALPHA (negative) = none: an uninformed start.
+    prior_alpha: float = NO_PRIOR_ALPHA
+
+    def __post_init__(self) -> None:
+        model = " / ".join(self.MODELS)
+        try:
+            schedule = self.schedule
+        except ValueError:
+            raise ModelParametersError(
+                f"{model}: k_schedule must be comma-separated integers (K per requests in flight) or empty; "
+                f"got {self.k_schedule!r}; {_FIX}"
+            ) from None
+        if any(not 0 <= k <= self.max_draft_len for k in schedule):
+            raise ModelParametersError(
+                f"{model}: every K of k_schedule must be in 0..max_draft_len {self.max_draft_len}; "
+                f"got {self.k_schedule!r}; {_FIX}"
+            )
+        if self.prior_alpha > 1 or self.prior_alpha != self.prior_alpha:
+            raise ModelParametersError(
+                f"{model}: prior_alpha must be in [0, 1], or negative for none; got {self.prior_alpha}; {_FIX}"
+            )
 
     @property
     def engines_return_logits(self) -> bool:
         """Both engines return ``generation_logits`` (TensorRT-LLM engines only when built with
         ``--gather_generation_logits``): the repository writer sets ``use_draft_logits`` exactly then."""
         return self.use_draft_logits
+
+    @functools.cached_property
+    def schedule(self) -> tuple[int, ...]:
+        """``k_schedule`` as K for 1, 2, ... requests in flight; () = no schedule.
+
+        Raises:
+            ValueError: an entry that is not an integer.
+        """
+        return tuple(int(k) for k in self.k_schedule.split(",")) if self.k_schedule.strip() else ()
+
+    def scheduled_k(self, in_flight: int) -> int | None:
+        """The most K the schedule allows with ``in_flight`` requests in flight (the last entry
+        beyond its length; 1 below 1); ``None`` without a schedule."""
+        schedule = self.schedule
+        if not schedule:
+            return None
+        return schedule[min(max(in_flight, 1), len(schedule)) - 1]
+
+    @property
+    def prior(self) -> float | None:
+        """``prior_alpha``, or ``None`` for none (a negative value)."""
+        return None if self.prior_alpha < 0 else self.prior_alpha
+
+    @staticmethod
+    def schedule_text(schedule: Sequence[int]) -> str:
+        """A schedule (K for 1, 2, ... requests in flight) as ``k_schedule`` holds it."""
+        return ",".join(str(int(k)) for k in schedule)
 
 
 @dataclass(frozen=True)

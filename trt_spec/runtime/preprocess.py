@@ -11,7 +11,8 @@ does, so the loop gets complete, valid tensors:
 - ``stream`` absent = false; ``exclude_input_in_output`` absent = the repository's configured
   default (:class:`~trt_spec.runtime.parameters.PreprocessingParameters`);
 - ``end_id`` absent = the tokenizer's EOS (-1: never stop at an end token), ``pad_id`` absent =
-  its pad token (else EOS); ``num_draft_tokens`` absent = the spec's K;
+  its pad token (else EOS); ``num_draft_tokens`` absent = the spec's K, flagged
+  (``num_draft_tokens_is_default``) so that the loop may lower it to its K schedule under load;
 - ``beam_width`` and ``num_return_sequences`` must be 1: speculative decoding here decodes one
   sequence per prompt;
 - penalties (``repetition_penalty`` > 0, ``presence_penalty``, ``frequency_penalty``; absent =
@@ -145,6 +146,7 @@ class RequestParameters:
     pad_id: int | None  # None: the tokenizer's
     penalties: Penalties  # without bad words and bias (they need the tokenizer)
     return_log_probs: bool = False
+    num_draft_tokens_is_default: bool = False  # the request sent none: the loop's K schedule applies
 
 
 def _int(values: dict[str, object], tensor: T.Tensor) -> int | None:
@@ -255,6 +257,7 @@ def check_parameters(values: dict[str, object], limits: PreprocessingParameters)
         pad_id=pad_id,
         penalties=_penalties(values),
         return_log_probs=bool(values.get(T.RETURN_LOG_PROBS.name) or False),
+        num_draft_tokens_is_default=requested_k is None,
     )
 
 
@@ -359,6 +362,7 @@ class Preprocessor:
             T.RESOLVED_RETURN_LOG_PROBS.name: np.array([request.return_log_probs], dtype=bool),
             T.RESOLVED_RETURN_NUM_INPUT_TOKENS.name: np.array([request.return_num_input_tokens], dtype=bool),
             T.RESOLVED_RETURN_NUM_OUTPUT_TOKENS.name: np.array([request.return_num_output_tokens], dtype=bool),
+            T.NUM_DRAFT_TOKENS_IS_DEFAULT.name: np.array([request.num_draft_tokens_is_default], dtype=bool),
         }
 
     def batch(self, prompts: Sequence[Prompt]) -> dict[str, np.ndarray]:

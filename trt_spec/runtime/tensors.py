@@ -585,6 +585,11 @@ PREPROCESSING_INPUTS = (
 RESOLVED_RETURN_LOG_PROBS = RETURN_LOG_PROBS.as_plain()
 RESOLVED_RETURN_NUM_INPUT_TOKENS = RETURN_NUM_INPUT_TOKENS.as_plain()
 RESOLVED_RETURN_NUM_OUTPUT_TOKENS = RETURN_NUM_OUTPUT_TOKENS.as_plain()
+# The request sent no num_draft_tokens: its K is the spec's, which the loop lowers to its K schedule
+# by requests in flight (LoopParameters.k_schedule); a request that sent one keeps its K.
+NUM_DRAFT_TOKENS_IS_DEFAULT = _scalar(
+    "num_draft_tokens_is_default", "BOOL", "the request sent no num_draft_tokens (the loop's K schedule applies)"
+)
 # Every default is resolved here, so the loop's inputs are all present and already checked. The
 # engine tensors by their TensorRT-LLM names (stop_words_list in its format; no words = [[0], [-1]]),
 # but plain: required, scalars [1], nothing ragged. A request of N prompts gives [N, ...] tensors
@@ -613,6 +618,7 @@ PREPROCESSING_OUTPUTS = tuple(
         RESOLVED_RETURN_LOG_PROBS,
         RESOLVED_RETURN_NUM_INPUT_TOKENS,
         RESOLVED_RETURN_NUM_OUTPUT_TOKENS,
+        NUM_DRAFT_TOKENS_IS_DEFAULT,
     )
 )
 

@@ -2,10 +2,11 @@
 
 A flavor decides the engine models (``tensorrt_llm`` and ``tensorrt_llm_draft``: their configs and,
 for python models, their source), adaptive K's step costs on its hardware, whether its engines
-give the draft's logits for sampled verification, what it checks before writing (built engines
-against the spec) and what it tells the user after. Everything else of the repository (the
-pipeline around the engines) is the same for every flavor (:func:`configs.pipeline_configs`),
-unless a flavor replaces it (:meth:`Flavor.model_configs`).
+give the draft's logits for sampled verification, the loop's K by requests in flight (its K
+schedule), what it checks before writing (built engines against the spec) and what it tells the
+user after. Everything else of the repository (the pipeline around the engines) is the same for
+every flavor (:func:`configs.pipeline_configs`), unless a flavor replaces it
+(:meth:`Flavor.model_configs`).
 
 Each module of this package that defines ``FLAVOR`` (a :class:`Flavor`) is a flavor: adding one is
 one new module here (docs/contributing.md, "Adding a flavor"). The spec names the flavor
@@ -14,18 +15,21 @@ one new module here (docs/contributing.md, "Adding a flavor"). The spec names th
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
 from trt_spec.errors import RepositoryError
 from trt_spec.layout import engine_dir
 from trt_spec.plan import Plan
+from trt_spec.plan.projection import DEFAULT_ALPHA
 from trt_spec.repository import configs
 from trt_spec.repository.configs import EngineSettings, ModelConfig, RepositorySettings
 from trt_spec.runtime import tensors as T
-from trt_spec.runtime.costs import StepCosts
+from trt_spec.runtime.costs import Acceptance, StepCosts, alpha_of
 from trt_spec.runtime.tensors import ROLES
 
 
@@ -40,6 +44,11 @@ class Flavor:
     def step_costs(self, plan: Plan) -> StepCosts:
         """Adaptive K's fixed step costs on this flavor's hardware (fixed: runtime/costs.py says why)."""
         raise NotImplementedError
+
+    def k_schedule(self, plan: Plan, acceptance: Acceptance) -> tuple[int, ...]:
+        """The loop's K by requests in flight (1 .. max_batch_size) on this flavor's hardware at
+        ``acceptance``; () = none: every request keeps its K whatever the load."""
+        return ()
 
     def gives_draft_logits(self, acceptance: str) -> bool:
         """Whether sampled requests can verify with the draft's logits (else the target matches tokens)."""
@@ -103,6 +112,9 @@ def settings_from_plan(
     hf_model_dirs: dict[str, str] | None = None,
     adaptive_draft: bool = False,
     torch_threads: int = 1,
+    acceptance: Acceptance | None = None,
+    step_costs: StepCosts | None = None,
+    k_schedule: Sequence[int] | None = None,
 ) -> RepositorySettings:
     """The repository's settings from the plan alone, in ``flavor`` (default: the spec's).
 
@@ -113,12 +125,24 @@ def settings_from_plan(
     time, the server's other processes (loop, postprocessing, Triton itself) need the remaining
     cores, and idle OpenMP threads spin-waiting on a shared CPU slow everything else down.
 
+    ``acceptance``: measured on the user's prompts (``trt-spec tune``: an alpha or a per-position
+    profile): the flavor's K schedule is made at it and adaptive K starts from its alpha
+    (``StepCosts.prior_alpha``); ``None``: the schedule at the projection's default alpha
+    (``projection.DEFAULT_ALPHA``) and no prior. ``step_costs``: adaptive K's fixed costs instead
+    of the flavor's (``Flavor.step_costs``). ``k_schedule``: the loop's K by requests in flight
+    instead of the flavor's (``Flavor.k_schedule``); ``()`` = none.
+
     Raises:
-        RepositoryError: an unknown flavor.
+        RepositoryError: an unknown flavor, or a K schedule that does not fit the engines.
     """
     spec = plan.spec
     chosen = get(flavor or spec.triton.flavor)
     fractions = configs.kv_cache_fractions(plan)
+    costs = step_costs if step_costs is not None else chosen.step_costs(plan)
+    schedule_acceptance: Acceptance = DEFAULT_ALPHA
+    if acceptance is not None:
+        costs = dataclasses.replace(costs, prior_alpha=alpha_of(acceptance))
+        schedule_acceptance = acceptance
     engines = {}
     for role in ROLES:
         local = engine_dir(spec, role)
@@ -145,8 +169,9 @@ def settings_from_plan(
         draft=engines["draft"],
         adaptive_draft=adaptive_draft,
         torch_threads=torch_threads,
-        step_costs=chosen.step_costs(plan),
+        step_costs=costs,
         draft_logits=chosen.gives_draft_logits(spec.speculative.acceptance),
+        k_schedule=tuple(k_schedule) if k_schedule is not None else chosen.k_schedule(plan, schedule_acceptance),
     )
 
 

@@ -14,7 +14,7 @@ from trt_spec.repository import configs
 from trt_spec.repository.configs import ModelConfig, RepositorySettings
 from trt_spec.repository.flavors import Flavor
 from trt_spec.runtime import tensors as T
-from trt_spec.runtime.costs import StepCosts
+from trt_spec.runtime.costs import Acceptance, StepCosts
 from trt_spec.runtime.parameters import TrtllmEngineParameters
 from trt_spec.runtime.tensors import ROLES
 
@@ -36,6 +36,15 @@ class TrtllmFlavor(Flavor):
 
         k = plan.spec.num_draft_tokens
         return project_plan(plan, max_k=k).step_times.step_costs(k)
+
+    def k_schedule(self, plan: Plan, acceptance: Acceptance) -> tuple[int, ...]:
+        """From the projection's best K per requests in flight on the spec's GPU (``plan`` prints
+        it): verifying batch x (K + 1) tokens turns compute-bound sooner than plain decoding, so K
+        falls with load, to 0 where no K beats plain decoding. The spec's K stands until load
+        lowers the projected best (:func:`~trt_spec.plan.projection.loop_schedule`)."""
+        from trt_spec.plan.projection import k_schedule, loop_schedule
+
+        return loop_schedule(k_schedule(plan, acceptance), plan.spec.num_draft_tokens)
 
     def gives_draft_logits(self, acceptance: str) -> bool:
         """Only engines built for probabilistic acceptance gather generation logits."""

@@ -12,7 +12,10 @@ response of the request, as TensorRT-LLM's decoupled backend sends a batch. A ca
 request stops before its next engine call: cancelled directly, or through the ensemble, where
 postprocessing relays the cancellation back with the request's key (see ``tensors.py``). A
 failing request ends with one short error line and the others go on. Prometheus metrics
-(python-backend custom metrics) are updated per request.
+(python-backend custom metrics) are updated per request; ``trt_spec_loop_scheduled_steps_total``
+counts iterations by requests in flight and the K used, so the K schedule
+(``LoopParameters.k_schedule``: K by requests in flight, for requests that send no
+``num_draft_tokens``) can be watched at work.
 Responses, cancellation checks and metric updates (each an IPC round trip) run on one worker
 thread, off the loop's path from one engine call to the next.
 
@@ -131,6 +134,21 @@ class LoopMetrics:
         self.acceptance_rate = self.families["acceptance"].Metric(labels=labels)
         self.tokens_per_target_call = self.families["tokens_per_target_call"].Metric(labels=labels)
         self.totals = dict.fromkeys(self.COUNTERS, 0.0)
+        # Iterations by the requests in flight each saw and the K it used: the K schedule at work.
+        self.families["scheduled_steps"] = pb_utils.MetricFamily(
+            name="trt_spec_loop_scheduled_steps_total",
+            description="Iterations of the loop model by requests in flight and the K used (0 = plain decoding)",
+            kind=kind.COUNTER,
+        )
+        self.labels = labels
+        self.scheduled_steps: dict = {}  # (in_flight, k) -> its counter, made when first seen
+
+    def _scheduled_steps(self, in_flight: int, k: int):
+        counter = self.scheduled_steps.get((in_flight, k))
+        if counter is None:
+            labels = {**self.labels, "in_flight": str(in_flight), "k": str(k)}
+            counter = self.scheduled_steps[(in_flight, k)] = self.families["scheduled_steps"].Metric(labels=labels)
+        return counter
 
     def record(self, outcome: str, state, times: bls.LoopTimes) -> None:
         stats = state.stats if state is not None else None
@@ -149,6 +167,8 @@ class LoopMetrics:
                 self.counters[key].increment(value)
                 self.totals[key] += value
         self.requests[outcome].increment(1)
+        for (in_flight, k), count in times.steps_by_load.items():
+            self._scheduled_steps(in_flight, k).increment(count)
         if self.totals["draft_tokens"]:
             self.acceptance_rate.set(self.totals["accepted"] / self.totals["draft_tokens"])
         if self.totals["target_calls"]:
@@ -273,6 +293,10 @@ class TritonPythonModel:
         if failures:
             self.responses.send(request, sender, _error_response(failures[0]), key, True)
 
+    def _in_flight(self) -> int:
+        """Prompts running in run_loop now (admitted; those queued for a slot are not in flight)."""
+        return self.engines.active
+
     async def _admit(self, request, key, prompt: bls.LoopRequest, respond, failures: list[str]) -> None:
         """Run one prompt once fewer than max_batch_size prompts are running (arrival order)."""
         async with self.running:
@@ -323,6 +347,7 @@ class TritonPythonModel:
                 is_cancelled=cancelled,
                 times=times,
                 log_probs=log_probs,
+                in_flight=self._in_flight,
             )
             outcome = "finished"
         except bls.Cancelled:
