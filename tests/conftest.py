@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 import trt_spec.errors  # noqa: F401  (import early: fail fast if the package is broken)
 from trt_spec.runtime import tensors as T
@@ -13,6 +16,32 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 DEMO_PAIR = EXAMPLES / "pystdlib-pair"
 DEMO_EOS = 0  # the demo tokenizer's <|endoftext|>
+
+# Two workloads of different entropy for the small pair (trained on Python): its own domain and English chat.
+WORKLOADS = Path(__file__).parent / "data" / "workloads"
+CODE = WORKLOADS / "python_prompts.jsonl"
+CHAT = WORKLOADS / "chat_prose.jsonl"
+CHAT_TEMPLATE = (
+    "{% for m in messages %}# {{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}# assistant:\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def chat_spec(tmp_path_factory) -> Path:
+    """The demo spec on a copy of the pair whose tokenizer has a chat template (the demo's has none)."""
+    root = tmp_path_factory.mktemp("chat-pair")
+    pair = root / "pair"
+    shutil.copytree(EXAMPLES / "pystdlib-pair", pair)
+    config_path = pair / "target" / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["chat_template"] = CHAT_TEMPLATE
+    config_path.write_text(json.dumps(config))
+    spec = yaml.safe_load((EXAMPLES / "pystdlib-demo.yaml").read_text())
+    spec["target"]["model"], spec["draft"]["model"] = str(pair / "target"), str(pair / "draft")
+    path = root / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
 
 
 @pytest.fixture(autouse=True)

@@ -5,41 +5,14 @@ pair trained on Python) reporting each its own acceptance."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 from click.testing import CliRunner
-from conftest import EXAMPLES
+from conftest import CHAT, CODE, EXAMPLES
 
 from trt_spec.bench.dataset import DatasetError, load_workload
 from trt_spec.cli import main
-
-DATA = Path(__file__).parent / "data" / "workloads"
-CODE = DATA / "python_prompts.jsonl"
-CHAT = DATA / "chat_prose.jsonl"
-CHAT_TEMPLATE = (
-    "{% for m in messages %}# {{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}# assistant:\n{% endif %}"
-)
-
-
-@pytest.fixture(scope="module")
-def chat_spec(tmp_path_factory) -> Path:
-    """The demo spec on a copy of the pair whose tokenizer has a chat template (the demo's has none)."""
-    root = tmp_path_factory.mktemp("chat-pair")
-    pair = root / "pair"
-    shutil.copytree(EXAMPLES / "pystdlib-pair", pair)
-    config_path = pair / "target" / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    config["chat_template"] = CHAT_TEMPLATE
-    config_path.write_text(json.dumps(config))
-    spec = yaml.safe_load((EXAMPLES / "pystdlib-demo.yaml").read_text())
-    spec["target"]["model"], spec["draft"]["model"] = str(pair / "target"), str(pair / "draft")
-    path = root / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -51,6 +51,8 @@ class BenchConfig:
     seed: int = 0
     # The user's prompts (token ids; bench/dataset.py) instead of the packaged ones.
     prompts: tuple[tuple[int, ...], ...] | None = None
+    # Adaptive K's fixed costs and prior (a tuning report's); None: the pair's parameter ratio.
+    step_costs: StepCosts | None = None
 
     @classmethod
     def quick(cls) -> BenchConfig:
@@ -218,7 +220,9 @@ def _run_temperature(
         for repeat in range(config.repeats):
             shift = (index + repeat) % len(configurations)
             for name in configurations[shift:] + configurations[:shift]:
-                tallies[name].add(*_run_one(pair, prompt, name, temperature, config.max_new_tokens, seed))
+                tallies[name].add(
+                    *_run_one(pair, prompt, name, temperature, config.max_new_tokens, seed, config.step_costs)
+                )
             step_timer.measure(pair, prompt, contexts[index])
         say(
             f"T={temperature:g} prompt {index + 1}/{len(prompts)} done; running tokens/s: "
@@ -235,7 +239,13 @@ def _label(name: Configuration) -> str:
 
 
 def _run_one(
-    pair: TwinPair, prompt: list[int], name: Configuration, temperature: float, max_new_tokens: int, seed: int
+    pair: TwinPair,
+    prompt: list[int],
+    name: Configuration,
+    temperature: float,
+    max_new_tokens: int,
+    seed: int,
+    step_costs: StepCosts | None = None,
 ) -> tuple[int, float, RequestStats | None]:
     """(tokens, seconds, stats or None) of one request."""
     kind, num_draft_tokens = (name, 0) if isinstance(name, str) else name
@@ -249,7 +259,7 @@ def _run_one(
         num_draft_tokens=num_draft_tokens,
         adaptive_draft=kind == "adaptive",
         eos_token_ids=pair.eos_token_ids,
-        step_costs=pair.step_costs(),
+        step_costs=step_costs or pair.step_costs(),
     )
     pair.target.reset()
     pair.draft.reset()

@@ -13,6 +13,7 @@ from trt_spec.bench.rows import FixedRow, ServerRow
 
 if TYPE_CHECKING:
     from trt_spec.bench.inprocess import BenchReport
+    from trt_spec.plan.tuning import TuningReport
 
 
 def write_plot(report: BenchReport, path: str | Path) -> Path:
@@ -70,6 +71,43 @@ def write_server_plot(rows: list[ServerRow], path: str | Path) -> Path:
     speed_axis.set(xlabel="concurrent requests", ylabel="tokens/s (all requests)", title="Throughput")
     latency_axis.set(xlabel="concurrent requests", ylabel="ms per token after the first", title="Inter-token latency")
     return _save(figure, (speed_axis, latency_axis), "trt-spec through Triton (gRPC streaming)", path)
+
+
+def write_tuning_plot(report: TuningReport, path: str | Path) -> Path:
+    """Acceptance through each position, and the projected speedup per K, one line per temperature."""
+    figure, (accept_axis, speed_axis), colors = _two_panels()
+    for result, color in zip(report.temperatures, colors):
+        label = f"T={result.temperature:g}"
+        positions = range(1, len(result.accepted_through) + 1)
+        accept_axis.plot(positions, result.accepted_through, "o-", color=color, label=f"{label} measured")
+        accept_axis.plot(
+            positions,
+            [result.alpha**i for i in positions],
+            ":",
+            color=color,
+            label=f"{label} alpha^i (i.i.d. at alpha {result.alpha:.2f})",
+        )
+        ks = range(1, len(result.projected_speedup) + 1)
+        speed_axis.plot(ks, result.projected_speedup, "o-", color=color, label=f"{label} projected")
+        speed_axis.plot(
+            [row.k for row in result.rows],
+            [row.measured_speedup for row in result.rows],
+            "x--",
+            color=color,
+            label=f"{label} measured here",
+        )
+    speed_axis.axhline(1.0, color="grey", linewidth=0.8)
+    for axis in (accept_axis, speed_axis):
+        axis.xaxis.get_major_locator().set_params(integer=True)
+    accept_axis.set(xlabel="draft position i", ylabel="fraction of steps accepting drafts 1..i", title="Acceptance")
+    speed_axis.set(
+        xlabel="K (draft tokens)",
+        ylabel="speedup over plain decoding",
+        title=f"Speedup ({report.gpu.upper()} projected)",
+    )
+    return _save(
+        figure, (accept_axis, speed_axis), f"trt-spec tune: {report.spec_name} on {report.workload.source}", path
+    )
 
 
 def _two_panels() -> tuple[Any, tuple[Any, Any], Iterator[str]]:

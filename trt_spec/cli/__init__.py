@@ -65,9 +65,10 @@ def _register() -> None:
         generate_cmds,
         serve_cmds,
         spec_cmds,
+        tune_cmds,
     )
 
-    for module in (spec_cmds, checkpoint_cmds, build_cmds, serve_cmds, generate_cmds, bench_cmds, demo_cmds):
+    for module in (spec_cmds, checkpoint_cmds, build_cmds, serve_cmds, generate_cmds, bench_cmds, tune_cmds, demo_cmds):
         for command in module.commands:
             main.add_command(command)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from trt_spec.cli.common import DEMO_SPEC, choose_mode, load_twin, mode_options
+from trt_spec.cli.common import DEMO_SPEC, choose_mode, dataset_options, load_dataset_workload, load_twin, mode_options
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
 if TYPE_CHECKING:
@@ -84,23 +84,20 @@ if TYPE_CHECKING:
     help="--url: the server's Prometheus endpoint (default http://HOST:8002/metrics) for alpha and "
     "the loop's time per iteration.",
 )
-@click.option(
-    "--dataset",
-    metavar="SOURCE",
-    default=None,
-    help="Prompts from your data instead of the packaged ones: a .jsonl/.json/.csv/.parquet file or a Hugging "
-    "Face dataset name; records with OpenAI chat `messages` (rendered with the target's chat template), "
-    "ShareGPT `conversations`, or a prompt column (prompt, text, input, question, instruction).",
-)
-@click.option("--dataset-column", default=None, help="--dataset: the prompt column (default: the first known one).")
-@click.option("--dataset-split", default="train", show_default=True, help="--dataset: a Hub dataset's split.")
-@click.option("--seed", type=int, default=0, show_default=True, help="--dataset: the sample's seed.")
+@dataset_options
 @click.option(
     "--tokenizer",
     "tokenizer_dir",
     type=click.Path(file_okay=False, exists=True),
     default=None,
     help="--dataset through a server without --spec: the served tokenizer (e.g. model_repo/spec_preprocessing/1/tokenizer).",
+)
+@click.option(
+    "--tuning",
+    "tuning_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="--local: a `trt-spec tune` report; adaptive K starts from its measured acceptance and step costs.",
 )
 def bench(
     url,
@@ -127,6 +124,7 @@ def bench(
     dataset_split,
     seed,
     tokenizer_dir,
+    tuning_path,
 ) -> None:
     """Measure tokens/s, acceptance and tokens per target call against plain decoding.
 
@@ -153,6 +151,7 @@ def bench(
     from trt_spec.bench.inprocess import BenchConfig, run_local_bench
     from trt_spec.bench.plot import write_plot
     from trt_spec.bench.profile import profile_iterations
+    from trt_spec.plan.tuning import load_tuning
 
     if local and spec_path is None and DEMO_SPEC.is_file():
         spec_path = str(DEMO_SPEC)
@@ -168,27 +167,16 @@ def bench(
         raise click.UsageError("--dataset-column and --tokenizer go with --dataset SOURCE")
 
     def workload_of(tokenizer):
-        from trt_spec.bench.dataset import DatasetError, load_workload
-
-        try:
-            workload = load_workload(
-                dataset,
-                tokenizer,
-                num_prompts=num_prompts or 8,
-                max_input_len=spec.engine.max_input_len if spec else 1 << 30,
-                max_seq_len=spec.engine.max_seq_len if spec else 1 << 30,
-                column=dataset_column,
-                split=dataset_split,
-                seed=seed,
-            )
-        except DatasetError as exc:
-            raise click.BadParameter(str(exc), param_hint="--dataset") from None
-        click.echo(f"workload: {workload.describe()}", err=True)
-        return workload
+        return load_dataset_workload(
+            dataset, tokenizer, spec, num_prompts=num_prompts, column=dataset_column, split=dataset_split, seed=seed
+        )
 
     if url is not None:
-        if profile or quick or repeats or no_hf or no_adaptive:
-            raise click.UsageError("--profile, --quick, --repeats, --no-hf and --no-adaptive are for --local runs")
+        if profile or quick or repeats or no_hf or no_adaptive or tuning_path:
+            raise click.UsageError(
+                "--profile, --quick, --repeats, --no-hf, --no-adaptive and --tuning are for --local runs "
+                "(a server's adaptive K reads the report through `trt-spec repo --tuning`)"
+            )
         workload = None
         if dataset is not None:
             if tokenizer_dir is None and spec is None:
@@ -226,6 +214,9 @@ def bench(
     )
     if spec is None:  # choose_mode gives a spec whenever it gives no url
         raise click.UsageError("--local needs --spec FILE (the deployment spec naming both checkpoints)")
+    if tuning_path is not None:
+        tuning = load_tuning(tuning_path, spec)
+        config = dataclasses.replace(config, step_costs=tuning.measured_step_costs())
     pair = load_twin(spec, device, runner)
     if dataset is not None:
         workload = workload_of(pair.tokenizer)

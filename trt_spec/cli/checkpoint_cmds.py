@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from trt_spec.cli.common import read_spec, spec_option
+from trt_spec.cli.common import read_spec, read_tuning, spec_option, tuning_option
 from trt_spec.layout import lock_path
 from trt_spec.plan.memory import format_bytes
 from trt_spec.runtime.tensors import ROLES
@@ -47,22 +47,26 @@ def download(spec_path: str, no_progress: bool) -> None:
 @click.command()
 @spec_option
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@tuning_option
 @click.pass_context
-def check(ctx: click.Context, spec_path: str, as_json: bool) -> None:
+def check(ctx: click.Context, spec_path: str, as_json: bool, tuning_path: str | None) -> None:
     """Check the pair before any GPU time is spent; exit 1 when anything is fatal.
 
     \b
     Identical tokenizers (token ids, merges, normalizer, special tokens), vocab sizes,
     supported architectures, draft smaller than target, positions for max_seq_len, tensor
-    parallel splits, dtype, and the memory plan.
+    parallel splits, dtype, and the memory plan; with --tuning, a warning when the spec's K is
+    not the one the report recommends.
 
     \b
     Example:
       trt-spec check --spec examples/pystdlib-demo.yaml
+      trt-spec check --spec examples/pystdlib-demo.yaml --tuning tuning.json
     """
     from trt_spec.plan.check import check_pair
 
-    report = check_pair(read_spec(spec_path))
+    spec = read_spec(spec_path)
+    report = check_pair(spec, read_tuning(tuning_path, spec))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:

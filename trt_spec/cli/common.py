@@ -31,6 +31,22 @@ def read_spec(spec_path: str) -> Spec:
     return load_spec(spec_path)
 
 
+tuning_option = click.option(
+    "--tuning",
+    "tuning_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A `trt-spec tune` report: acceptance measured on your prompts.",
+)
+
+
+def read_tuning(tuning_path: str | None, spec: Spec):
+    """The tuning report at ``tuning_path`` checked against ``spec``'s pair, or None."""
+    from trt_spec.plan.tuning import load_tuning
+
+    return load_tuning(tuning_path, spec) if tuning_path else None
+
+
 def render_steps(the_plan: Plan, spec_path: str) -> list[str]:
     """The copy-pasteable commands of a plan: one conversion, then one trtllm-build per engine."""
     lines = [
@@ -105,3 +121,52 @@ def load_twin(spec: Spec, device: str, runner: str):
     from trt_spec.twin import TwinPair
 
     return TwinPair.from_spec(spec, device=None if device == "auto" else device, runner=runner)
+
+
+def dataset_options(command):
+    """``--dataset SOURCE`` and its companions: prompts from the user's data (``bench``, ``tune``)."""
+    options = [
+        click.option(
+            "--dataset",
+            metavar="SOURCE",
+            default=None,
+            help="Prompts from your data instead of the packaged ones: a .jsonl/.json/.csv/.parquet file or a "
+            "Hugging Face dataset name; records with OpenAI chat `messages` (rendered with the target's chat "
+            "template), ShareGPT `conversations`, or a prompt column (prompt, text, input, question, instruction).",
+        ),
+        click.option(
+            "--dataset-column", default=None, help="--dataset: the prompt column (default: the first known one)."
+        ),
+        click.option("--dataset-split", default="train", show_default=True, help="--dataset: a Hub dataset's split."),
+        click.option("--seed", type=int, default=0, show_default=True, help="--dataset: the sample's seed."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+DEFAULT_DATASET_PROMPTS = 8
+
+
+def load_dataset_workload(
+    dataset: str, tokenizer, spec: Spec | None, *, num_prompts: int | None, column: str | None, split: str, seed: int
+):
+    """A seeded sample of ``dataset`` within ``spec``'s limits (none without a spec); a bad source
+    is one usage error naming --dataset. The sample's shape goes to stderr."""
+    from trt_spec.bench.dataset import DatasetError, load_workload
+
+    try:
+        workload = load_workload(
+            dataset,
+            tokenizer,
+            num_prompts=num_prompts or DEFAULT_DATASET_PROMPTS,
+            max_input_len=spec.engine.max_input_len if spec else 1 << 30,
+            max_seq_len=spec.engine.max_seq_len if spec else 1 << 30,
+            column=column,
+            split=split,
+            seed=seed,
+        )
+    except DatasetError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dataset") from None
+    click.echo(f"workload: {workload.describe()}", err=True)
+    return workload

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from trt_spec.cli.common import read_spec, spec_option
+from trt_spec.cli.common import read_spec, read_tuning, spec_option, tuning_option
 from trt_spec.errors import ServerError
 from trt_spec.repository.flavors import FLAVORS
 from trt_spec.serving.serve import OPENAI_EXTRA_HINT, ServeOptions, serve_repository
@@ -236,7 +236,8 @@ def _ready(line: str) -> None:
     show_default=True,
     help="torch flavor: intra-op threads per engine model (0 = torch's default).",
 )
-def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_threads) -> None:
+@tuning_option
+def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_threads, tuning_path) -> None:
     """Write the Triton model repository: `ensemble` (spec_preprocessing -> spec_loop, the draft ->
     verify loop -> spec_postprocessing), the same pipeline as `tensorrt_llm_bls`, the engine models
     tensorrt_llm and tensorrt_llm_draft, and TensorRT-LLM's `preprocessing` and `postprocessing`.
@@ -246,20 +247,32 @@ def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_thread
     import, so it can be moved (the serving Python needs numpy < 2, torch, transformers,
     pydantic and pyyaml).
 
+    With --tuning (a `trt-spec tune` report), adaptive K starts each request from the acceptance
+    measured on your prompts, the tensorrtllm flavor's K schedule by requests in flight is projected
+    from it, and the torch flavor's adaptive K weighs the step costs measured there.
+
     \b
     Examples:
       trt-spec repo --spec examples/pystdlib-demo.yaml --flavor torch -o model_repo
       trt-spec repo --spec examples/llama8b-1b-h200.yaml --engines-mount /engines
+      trt-spec repo --spec examples/pystdlib-demo.yaml --flavor torch --tuning tuning.json
     """
     from trt_spec.repository.writer import write_repository
 
+    spec = read_spec(spec_path)
+    tuning = read_tuning(tuning_path, spec)
+    chosen = flavor or spec.triton.flavor
     result = write_repository(
-        read_spec(spec_path),
+        spec,
         out_dir,
         flavor,
         engines_mount=engines_mount,
         adaptive_draft=adaptive_draft,
         torch_threads=torch_threads,
+        acceptance=tuning.acceptance if tuning else None,
+        # The torch flavor runs on the kind of machine that tuned: its measured costs; a GPU
+        # flavor keeps its projected ones (the report's CPU times say nothing about a GPU).
+        step_costs=tuning.measured_step_costs() if tuning and chosen == "torch" else None,
     )
     for note in result.notes:
         click.echo(f"note: {note}")

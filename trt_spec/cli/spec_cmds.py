@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from trt_spec import atomic
-from trt_spec.cli.common import read_spec, render_steps, spec_option
+from trt_spec.cli.common import read_spec, read_tuning, render_steps, spec_option, tuning_option
 from trt_spec.plan import Plan, make_plan
 from trt_spec.plan.memory import format_bytes
 from trt_spec.plan.projection import (
@@ -19,10 +19,12 @@ from trt_spec.plan.projection import (
     Projection,
     ScheduleStep,
     k_schedule,
+    loop_schedule,
     project_plan,
     render_projection,
     render_schedule,
 )
+from trt_spec.runtime.costs import Acceptance
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
 
@@ -57,10 +59,11 @@ def init(output: str, force: bool) -> None:
 @click.option(
     "--alpha",
     type=click.FloatRange(0, 1),
-    default=DEFAULT_ALPHA,
-    show_default=True,
-    help="Per-position acceptance for the projection (measure yours with `trt-spec bench`).",
+    default=None,
+    help=f"Per-position acceptance for the projection [default: {DEFAULT_ALPHA}, or the --tuning report's "
+    "measured profile].",
 )
+@tuning_option
 @click.option(
     "--max-k",
     type=click.IntRange(1, MAX_DRAFT_TOKENS),
@@ -81,19 +84,34 @@ def init(output: str, force: bool) -> None:
     show_default=True,
     help="Sequences per engine step for the projection.",
 )
-def plan(spec_path: str, as_json: bool, alpha: float, max_k: int, context: int | None, batch: int) -> None:
+def plan(
+    spec_path: str,
+    as_json: bool,
+    alpha: float | None,
+    tuning_path: str | None,
+    max_k: int,
+    context: int | None,
+    batch: int,
+) -> None:
     """Show the conversion and trtllm-build steps, the GPU memory plan, and a projection of the
-    speedup per K on the spec's GPU (a memory-bandwidth model). Needs no GPU.
+    speedup per K on the spec's GPU (a memory-bandwidth model) with the K schedule by requests in
+    flight. Needs no GPU. With --tuning, the projection uses the acceptance measured on your prompts.
 
     \b
     Example:
       trt-spec plan --spec examples/llama70b-1b-4xh100.yaml
       trt-spec plan --spec examples/llama70b-1b-4xh100.yaml --alpha 0.6
+      trt-spec plan --spec examples/pystdlib-demo.yaml --tuning tuning.json
       trt-spec plan --spec examples/llama70b-1b-4xh100.yaml --json | jq .projection.rows
     """
-    the_plan = make_plan(read_spec(spec_path))
-    projection = project_plan(the_plan, alpha, max_k=max_k, context=context, batch=batch)
-    schedule = k_schedule(the_plan, alpha, context=context)
+    if alpha is not None and tuning_path is not None:
+        raise click.UsageError("--alpha and --tuning are alternatives: the report carries the measured acceptance")
+    spec = read_spec(spec_path)
+    tuning = read_tuning(tuning_path, spec)
+    acceptance: Acceptance = tuning.acceptance if tuning else (DEFAULT_ALPHA if alpha is None else alpha)
+    the_plan = make_plan(spec)
+    projection = project_plan(the_plan, acceptance, max_k=max_k, context=context, batch=batch)
+    schedule = k_schedule(the_plan, acceptance, context=context)
     if as_json:
         click.echo(
             json.dumps(
@@ -101,12 +119,13 @@ def plan(spec_path: str, as_json: bool, alpha: float, max_k: int, context: int |
                     **the_plan.to_json(),
                     "projection": projection.to_json(),
                     "k_schedule": [step.to_json() for step in schedule],
+                    "loop_k_schedule": list(loop_schedule(schedule, the_plan.spec.num_draft_tokens)),
                 },
                 indent=2,
             )
         )
     else:
-        click.echo(render_plan(the_plan, spec_path, projection, schedule, alpha))
+        click.echo(render_plan(the_plan, spec_path, projection, schedule, acceptance))
 
 
 def render_plan(
@@ -114,7 +133,7 @@ def render_plan(
     spec_path: str,
     projection: Projection | None = None,
     schedule: list[ScheduleStep] | None = None,
-    alpha: float = DEFAULT_ALPHA,
+    acceptance: Acceptance = DEFAULT_ALPHA,
 ) -> str:
     spec, memory = the_plan.spec, the_plan.memory
     lines = [
@@ -150,7 +169,7 @@ def render_plan(
     if projection is not None:
         lines += ["", *render_projection(projection)]
     if schedule:
-        lines += ["", *render_schedule(schedule, alpha)]
+        lines += ["", *render_schedule(schedule, acceptance, spec.num_draft_tokens)]
     lines += ["", *render_steps(the_plan, spec_path)]
     return "\n".join(lines)
 

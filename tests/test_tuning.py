@@ -1,0 +1,201 @@
+"""`trt-spec tune` (trt_spec/bench/tuning.py) and its report (trt_spec/plan/tuning.py): acceptance
+measured per draft position on the user's prompts, the projection fed that profile, the
+recommendation, and the report read by plan, check, repo and bench --local."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import CHAT, CODE, EXAMPLES
+
+from trt_spec.cli import main
+from trt_spec.errors import SpecError
+from trt_spec.plan import make_plan
+from trt_spec.plan.projection import project_plan
+from trt_spec.plan.tuning import TuningReport, load_tuning
+from trt_spec.runtime.costs import AcceptanceProfile, StepCosts, expected_tokens_per_call
+from trt_spec.runtime.loop import AdaptiveDraftLength
+from trt_spec.spec import load_spec
+
+DEMO_SPEC = EXAMPLES / "pystdlib-demo.yaml"
+
+# --- the profile ---------------------------------------------------------------------------------
+
+
+def test_a_geometric_profile_is_the_iid_formula():
+    alpha = 0.7
+    profile = AcceptanceProfile(tuple(alpha**i for i in range(1, 7)), alpha)
+    for k in range(1, 7):
+        assert profile.tokens_per_call(k) == pytest.approx(expected_tokens_per_call(alpha, k))
+
+
+def test_a_profile_that_falls_faster_than_alpha_gives_fewer_tokens():
+    """Acceptance measured by position is not alpha^i: a profile dropping faster projects fewer
+    tokens per call, so a smaller K (what the i.i.d. guess would miss)."""
+    plan = make_plan(load_spec(EXAMPLES / "llama70b-1b-4xh100.yaml"))
+    steep = AcceptanceProfile((0.8, 0.4, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005), alpha=0.8)
+    iid = project_plan(plan, 0.8)
+    measured = project_plan(plan, steep)
+    assert measured.rows[-1].tokens_per_target_call < iid.rows[-1].tokens_per_target_call
+    assert measured.recommended_k < iid.recommended_k
+    assert measured.to_json()["acceptance_profile"] == list(steep.accepted_through)
+
+
+def test_profiles_are_checked_and_made_monotone():
+    with pytest.raises(ValueError, match="at least one"):
+        AcceptanceProfile((), 0.5)
+    with pytest.raises(ValueError, match="cannot exceed"):
+        AcceptanceProfile((0.5, 0.6), 0.5)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        AcceptanceProfile((1.5,), 0.5)
+    assert AcceptanceProfile.measured([0.5, 0.51, 0.2], 0.5).accepted_through == (0.5, 0.5, 0.2)
+    with pytest.raises(ValueError, match="up to K = 2"):
+        AcceptanceProfile((0.5, 0.2), 0.5).tokens_per_call(3)
+
+
+def test_adaptive_k_starts_from_a_measured_prior():
+    """Without a prior adaptive K starts at alpha 0.5; with a measured one it starts there, weighed
+    as a steady state, so one early rejection does not swing it."""
+    uninformed = AdaptiveDraftLength(8, StepCosts(draft=0.1, verify_slope=0.0))
+    informed = AdaptiveDraftLength(8, StepCosts(draft=0.1, verify_slope=0.0, prior_alpha=0.9))
+    assert uninformed.alpha == 0.5
+    assert informed.alpha == pytest.approx(0.9)
+    assert informed.next_num_draft_tokens() > uninformed.next_num_draft_tokens()
+    informed.update(num_drafted=8, num_accepted=0)
+    assert informed.alpha > 0.75
+
+
+# --- the command and its report ----------------------------------------------------------------
+
+
+def _tune(spec: Path, dataset: Path, output: Path) -> TuningReport:
+    plot = output.with_suffix(".png")
+    args = ["tune", "--spec", str(spec), "--dataset", str(dataset), "--prompts", "4", "-k", "1", "-k", "2", "-k", "4"]
+    args += ["--max-tokens", "24", "--threads", "1", "-o", str(output), "--plot", str(plot)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert f"wrote {output}" in result.stdout
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    return load_tuning(output, load_spec(spec))
+
+
+@pytest.fixture(scope="module")
+def reports(chat_spec, tmp_path_factory) -> dict[str, Path]:
+    """Tuning reports of the small pair on Python code (its training domain) and English chat."""
+    root = tmp_path_factory.mktemp("tuning")
+    paths = {"code": root / "code.json", "chat": root / "chat.json"}
+    _tune(chat_spec, CODE, paths["code"])
+    _tune(chat_spec, CHAT, paths["chat"])
+    return paths
+
+
+def test_two_workloads_measure_their_own_acceptance_and_recommended_k(reports, chat_spec):
+    code, chat = (load_tuning(reports[name]) for name in ("code", "chat"))
+    for report in (code, chat):
+        result = report.primary
+        assert [row.k for row in result.rows] == [1, 2, 4]
+        assert len(result.accepted_through) == 4 == len(result.projected_speedup)
+        assert report.workload.prompts == 4
+        # E from the profile measured at K 4 against tokens per call measured at K 4 itself: equal
+        # but for steps cut short by max_tokens (the profile counts drafts, not emitted tokens).
+        at_4 = result.rows[-1]
+        assert at_4.profile_tokens_per_target_call == pytest.approx(at_4.tokens_per_target_call, abs=0.25)
+    print(
+        f"\ncode: alpha {code.primary.alpha:.3f}, accepted through {code.primary.accepted_through}, "
+        f"K {code.recommended_k}; chat: alpha {chat.primary.alpha:.3f}, {chat.primary.accepted_through}, "
+        f"K {chat.recommended_k}"
+    )
+    # Measured (4 prompts x 24 tokens, greedy): code ~0.44 of drafts accepted, chat all of them (the
+    # pair falls into repeating "#\n" on English): different profiles, and the projection on the
+    # spec's H100 picks a different K for each.
+    assert chat.primary.alpha - code.primary.alpha > 0.2
+    assert chat.recommended_k > code.recommended_k
+
+
+def test_plan_projects_from_the_report(reports, chat_spec):
+    result = CliRunner().invoke(main, ["plan", "--spec", str(chat_spec), "--tuning", str(reports["code"]), "--json"])
+    assert result.exit_code == 0, result.output
+    projection = json.loads(result.stdout)["projection"]
+    report = load_tuning(reports["code"])
+    assert projection["acceptance_profile"] == report.primary.accepted_through
+    assert projection["recommended_k"] == report.recommended_k
+    text = CliRunner().invoke(main, ["plan", "--spec", str(chat_spec), "--tuning", str(reports["code"])]).stdout
+    assert "acceptance measured by trt-spec tune" in text
+    both = CliRunner().invoke(
+        main, ["plan", "--spec", str(chat_spec), "--tuning", str(reports["code"]), "--alpha", "0.5"]
+    )
+    assert both.exit_code == 2 and "alternatives" in both.output
+
+
+def test_check_warns_when_the_specs_k_is_off_the_recommendation(reports, chat_spec, tmp_path):
+    report = load_tuning(reports["code"])
+    spec = load_spec(chat_spec)
+    assert spec.num_draft_tokens != report.recommended_k  # the demo spec's K 4 against the code workload's
+    result = CliRunner().invoke(main, ["check", "--spec", str(chat_spec), "--tuning", str(reports["code"])])
+    assert result.exit_code == 0, result.output  # a warning, not fatal
+    line = next(line for line in result.stdout.splitlines() if line.startswith("tuning"))
+    assert "warn" in line and f"recommends K = {report.recommended_k}" in line and "fixed at build" in line
+    # The same spec with the recommended K: no warning.
+    matching = tmp_path / "spec.yaml"
+    matching.write_text(
+        chat_spec.read_text().replace(
+            f"num_draft_tokens: {spec.num_draft_tokens}", f"num_draft_tokens: {report.recommended_k}"
+        )
+    )
+    result = CliRunner().invoke(main, ["check", "--spec", str(matching), "--tuning", str(reports["code"])])
+    line = next(line for line in result.stdout.splitlines() if line.startswith("tuning"))
+    assert "ok" in line and "warn" not in line
+
+
+def test_a_bad_report_is_one_clear_error(reports, tmp_path):
+    spec = load_spec(DEMO_SPEC)
+    with pytest.raises(SpecError, match="does not exist; write it with `trt-spec tune"):
+        load_tuning(tmp_path / "missing.json", spec)
+    broken = tmp_path / "broken.json"
+    data = json.loads(reports["code"].read_text())
+    data["temperatures"][0]["recommended_k"] = 9
+    broken.write_text(json.dumps(data))
+    with pytest.raises(SpecError, match="recommended_k 9 is outside 1..4"):
+        load_tuning(broken)
+    broken.write_text(reports["code"].read_text()[:100])
+    with pytest.raises(SpecError, match="broken.json"):
+        load_tuning(broken)
+    other = load_spec(EXAMPLES / "llama8b-1b-h200.yaml")
+    with pytest.raises(SpecError, match="not the spec's"):
+        load_tuning(reports["code"], other)
+    result = CliRunner().invoke(main, ["plan", "--spec", str(DEMO_SPEC), "--tuning", str(broken)])
+    assert result.exit_code == 1 and "broken.json" in result.output and "Traceback" not in result.output
+
+
+def test_repo_starts_adaptive_k_from_the_report(reports, chat_spec, tmp_path):
+    """torch flavor: the measured prior and step costs in the loop's config; tensorrtllm: the prior
+    and the K schedule projected from the measured profile."""
+    from trt_spec.repository.configs import read_config
+    from trt_spec.runtime import tensors as T
+    from trt_spec.runtime.parameters import LoopParameters
+
+    report = load_tuning(reports["code"])
+
+    def loop_of(flavor: str) -> LoopParameters:
+        out = tmp_path / flavor
+        args = ["repo", "--spec", str(chat_spec), "--flavor", flavor, "-o", str(out), "--tuning", str(reports["code"])]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        config = read_config(out / T.LOOP / "config.pbtxt")
+        return LoopParameters.from_config(
+            {"name": T.LOOP, "parameters": {k: {"string_value": v.string_value} for k, v in config.parameters.items()}}
+        )
+
+    torch_loop = loop_of("torch")
+    assert torch_loop.prior == pytest.approx(report.primary.alpha, abs=1e-4)
+    assert torch_loop.draft_cost == pytest.approx(report.step_costs.draft, abs=1e-4)
+    assert torch_loop.schedule == ()
+    trtllm_loop = loop_of("tensorrtllm")
+    assert trtllm_loop.prior == pytest.approx(report.primary.alpha, abs=1e-4)
+    plan = make_plan(load_spec(chat_spec))
+    from trt_spec.plan.projection import k_schedule, loop_schedule
+
+    assert trtllm_loop.schedule == loop_schedule(k_schedule(plan, report.acceptance), plan.spec.num_draft_tokens)

@@ -1,0 +1,171 @@
+"""``trt-spec tune``: acceptance measured on the user's prompts with the spec's own checkpoints,
+the projected speedup on the spec's GPU from that measured profile, the recommended K, and the
+report ``plan``, ``check`` and ``repo`` read (``trt_spec.plan.tuning``).
+
+Acceptance is a property of the pair and the traffic, not of the hardware: greedy acceptance is
+the same tokens on any device, so measuring it in-process (CPU, or CUDA where present) and
+projecting the step times for the GPU is sound. The speed measured here is this machine's and is
+reported as such; the recommendation comes from the projection.
+
+Each K is run on its own (one row per K and temperature: tokens per target call and acceptance
+per position as measured at that K); the profile the projection uses is the one measured at the
+largest K, which covers every smaller K too (E(K) = 1 + the fractions accepted through positions
+1..K), so the projection can rank K that were not run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import statistics
+from collections.abc import Sequence
+
+from trt_spec.bench.inprocess import BenchConfig, run_local_bench
+from trt_spec.bench.rows import FixedRow, Progress
+from trt_spec.plan import Plan
+from trt_spec.plan.projection import k_schedule, project_plan
+from trt_spec.plan.tuning import (
+    REPORT_VERSION,
+    KRow,
+    LengthSummary,
+    MeasuredStepCosts,
+    TemperatureResult,
+    TuningReport,
+    Workload,
+)
+from trt_spec.runtime.costs import AcceptanceProfile
+from trt_spec.twin import TwinPair
+
+DEFAULT_KS = (1, 2, 3, 4, 6, 8)
+DEFAULT_TEMPERATURES = (0.0,)
+
+
+def run_tuning(
+    plan: Plan,
+    pair: TwinPair,
+    *,
+    prompts: Sequence[Sequence[int]] | None = None,
+    source: str = "packaged prompts",
+    ks: Sequence[int] = DEFAULT_KS,
+    temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
+    num_prompts: int = 8,
+    max_new_tokens: int = 96,
+    repeats: int = 1,
+    progress: Progress | None = None,
+) -> TuningReport:
+    """Measure ``pair`` on ``prompts`` (token ids; default the packaged ones) at each K and
+    temperature, and project the result on ``plan``'s GPU (see the module docstring).
+
+    Raises:
+        ValueError: a K outside 1..16.
+    """
+    config = BenchConfig(
+        ks=tuple(sorted(set(ks))),
+        temperatures=tuple(temperatures),
+        num_prompts=len(prompts) if prompts else num_prompts,
+        max_new_tokens=max_new_tokens,
+        repeats=repeats,
+        hf_assisted=False,
+        adaptive=False,
+        prompts=tuple(tuple(prompt) for prompt in prompts) if prompts else None,
+    )
+    bench = run_local_bench(pair, config, progress)
+    largest = max(config.ks)
+    results = []
+    for temperature in config.temperatures:
+        rows = {r.k: r for r in bench.rows if isinstance(r, FixedRow) and r.temperature == temperature}
+        at_largest = rows[largest]
+        profile = AcceptanceProfile.measured(at_largest.acceptance_by_position, at_largest.alpha)
+        projection = project_plan(plan, profile, max_k=largest)
+        results.append(
+            TemperatureResult(
+                temperature=temperature,
+                alpha=profile.alpha,
+                accepted_through=list(profile.accepted_through),
+                rows=[
+                    KRow(
+                        k=k,
+                        tokens_per_target_call=row.tokens_per_target_call,
+                        profile_tokens_per_target_call=profile.tokens_per_call(k),
+                        acceptance_rate=row.acceptance_rate,
+                        alpha=row.alpha,
+                        accepted_through=list(row.acceptance_by_position),
+                        measured_speedup=row.speedup,
+                    )
+                    for k, row in sorted(rows.items())
+                ],
+                projected_speedup=[row.speedup for row in projection.rows],
+                recommended_k=projection.recommended_k,
+                k_schedule=[step.k for step in k_schedule(plan, profile)],
+            )
+        )
+    lengths = [len(prompt) for prompt in prompts] if prompts else [config.prompt_tokens] * config.num_prompts
+    costs = bench.step_times.step_costs(largest)
+    spec = plan.spec
+    return TuningReport(
+        version=REPORT_VERSION,
+        spec_name=spec.name,
+        target=spec.target.model,
+        draft=spec.draft.model,
+        spec_k=spec.num_draft_tokens,
+        gpu=spec.engine.gpu,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        machine=f"{platform.node()} ({platform.machine()}, {platform.processor() or 'cpu'})",
+        runner=f"{bench.runner} runner, {bench.threads} torch threads",
+        workload=Workload(
+            source=source,
+            prompts=len(lengths),
+            prompt_tokens=LengthSummary(min=min(lengths), median=statistics.median(lengths), max=max(lengths)),
+            max_new_tokens=max_new_tokens,
+        ),
+        temperatures=results,
+        step_costs=MeasuredStepCosts(draft=costs.draft, verify_slope=costs.verify_slope),
+    )
+
+
+def render_report(report: TuningReport) -> list[str]:
+    """The report as text: per temperature, the profile, a row per K, the recommendation."""
+    workload = report.workload
+    lines = [
+        f"tuned {report.spec_name} on {workload.source}: {workload.prompts} prompts of "
+        f"{workload.prompt_tokens.min}-{workload.prompt_tokens.max} tokens, {workload.max_new_tokens} new tokens each "
+        f"({report.runner})",
+    ]
+    for result in report.temperatures:
+        through = ", ".join(f"{value:.2f}" for value in result.accepted_through)
+        lines += [
+            "",
+            f"temperature {result.temperature:g}: alpha {result.alpha:.3f}; accepted through positions 1..K "
+            f"(at K {len(result.accepted_through)}): {through}",
+            f"  {'K':>3} {'tokens/call':>11} {'from profile':>12} {'accept rate':>11} {'here':>7} "
+            f"{'on ' + report.gpu.upper():>8}",
+        ]
+        measured = {row.k: row for row in result.rows}
+        for k, projected in enumerate(result.projected_speedup, start=1):
+            mark = "  <- recommended" if k == result.recommended_k else ""
+            mark += "  (the spec's K)" if k == report.spec_k else ""
+            row = measured.get(k)
+            here = (
+                f"{row.tokens_per_target_call:>11.2f} {row.profile_tokens_per_target_call:>12.2f} "
+                f"{row.acceptance_rate:>11.3f} {row.measured_speedup:>6.2f}x"
+                if row
+                else f"{'-':>11} {result.profile.tokens_per_call(k):>12.2f} {'-':>11} {'-':>7}"
+            )
+            lines.append(f"  {k:>3} {here} {projected:>7.2f}x{mark}")
+        lines.append(
+            f"  recommended K = {result.recommended_k} (the best projected on {report.gpu.upper()} at batch 1, "
+            f"from the measured profile); by requests in flight 1..{len(result.k_schedule)}: "
+            + " ".join(map(str, result.k_schedule))
+        )
+    lines += [
+        "",
+        f"K is the target engine's max_draft_len, fixed at build: the spec has K = {report.spec_k}"
+        + (
+            "."
+            if report.spec_k == report.recommended_k
+            else f"; set speculative.num_draft_tokens: {report.recommended_k} before `trt-spec build`."
+        ),
+        "'here' is this machine's measured speedup (not the GPU's); the GPU column is a projection "
+        "(docs/gpu.md). Pass the report to plan, check and repo with --tuning.",
+    ]
+    return lines

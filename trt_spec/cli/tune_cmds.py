@@ -1,0 +1,143 @@
+"""``tune``: acceptance measured on your prompts, K recommended for the spec's GPU, a report that
+``plan``, ``check``, ``repo`` and ``bench --local`` read (``--tuning``)."""
+
+from __future__ import annotations
+
+import click
+
+from trt_spec import atomic
+from trt_spec.cli.common import DEVICES, dataset_options, load_dataset_workload, load_twin, read_spec, spec_option
+from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
+
+
+@click.command()
+@spec_option
+@dataset_options
+@click.option(
+    "-k",
+    "--num-draft-tokens",
+    "ks",
+    type=click.IntRange(1, MAX_DRAFT_TOKENS),
+    multiple=True,
+    help="K values to run (repeatable); default 1 2 3 4 6 8. The largest gives the acceptance profile.",
+)
+@click.option(
+    "--temperature",
+    "temperatures",
+    type=click.FloatRange(min=0),
+    multiple=True,
+    help="Temperatures to measure (repeatable); default 0. The first is your traffic's: the recommendation is for it.",
+)
+@click.option(
+    "--prompts",
+    "num_prompts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="How many prompts (packaged, or sampled from --dataset); default 8.",
+)
+@click.option("--max-tokens", type=click.IntRange(min=2), default=96, show_default=True, help="New tokens per request.")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Rounds over the prompts.")
+@click.option(
+    "--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads (default: torch's choice)."
+)
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True, help="Where the models run.")
+@click.option(
+    "--runner",
+    type=click.Choice(("auto", "llama", "hf")),
+    default="auto",
+    show_default=True,
+    help="The forward pass: a lean Llama one (auto, for Llama models) or Hugging Face's own (hf).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Where to write the report (JSON) [default: tuning-<spec name>.json].",
+)
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Also write a PNG.")
+def tune(
+    spec_path,
+    dataset,
+    dataset_column,
+    dataset_split,
+    seed,
+    ks,
+    temperatures,
+    num_prompts,
+    max_tokens,
+    repeats,
+    threads,
+    device,
+    runner,
+    output,
+    plot_path,
+) -> None:
+    """Tune K to your traffic: measure acceptance per draft position and tokens per target call on
+    your prompts with the spec's own checkpoints (in-process: CPU, or CUDA where present), project
+    the speedup per K on the spec's GPU from that measured profile, and recommend K.
+
+    K is the target engine's max_draft_len, fixed at build, so tune before `trt-spec build`. The
+    report feeds `plan --tuning` (the projection and the K schedule by requests in flight),
+    `check --tuning` (a warning when the spec's K is off the recommendation) and `repo --tuning`
+    (adaptive K starts from the measured acceptance).
+
+    \b
+    Examples:
+      trt-spec tune --spec examples/pystdlib-demo.yaml
+      trt-spec tune --spec spec.yaml --dataset chats.jsonl --prompts 32 -o tuning.json --plot tuning.png
+      trt-spec tune --spec spec.yaml --dataset my-org/support-chats --dataset-split test --temperature 0.7
+    """
+    import torch
+
+    from trt_spec.bench.plot import write_tuning_plot
+    from trt_spec.bench.tuning import DEFAULT_KS, DEFAULT_TEMPERATURES, render_report, run_tuning
+    from trt_spec.plan import make_plan
+    from trt_spec.plan.tuning import report_json
+
+    spec = read_spec(spec_path)
+    plan = make_plan(spec)
+    if plot_path:
+        try:
+            import matplotlib  # noqa: F401  (fail now, not after minutes of measuring)
+        except ImportError:
+            raise click.UsageError("--plot needs matplotlib: pip install 'trt-spec[bench]'") from None
+    if threads:
+        torch.set_num_threads(threads)
+    pair = load_twin(spec, device, runner)
+    prompts, source = None, "packaged prompts"
+    if dataset is not None:
+        workload = load_dataset_workload(
+            dataset,
+            pair.tokenizer,
+            spec,
+            num_prompts=num_prompts,
+            column=dataset_column,
+            split=dataset_split,
+            seed=seed,
+        )
+        prompts, source = [prompt.tokens for prompt in workload.prompts], dataset
+    elif dataset_column:
+        raise click.UsageError("--dataset-column goes with --dataset SOURCE")
+    report = run_tuning(
+        plan,
+        pair,
+        prompts=prompts,
+        source=source,
+        ks=ks or DEFAULT_KS,
+        temperatures=temperatures or DEFAULT_TEMPERATURES,
+        num_prompts=num_prompts or 8,
+        max_new_tokens=max_tokens,
+        repeats=repeats,
+        progress=lambda line: click.echo(line, err=True),
+    )
+    path = output or f"tuning-{spec.name}.json"
+    atomic.write_text(path, report_json(report))
+    click.echo("\n".join(render_report(report)))
+    click.echo(f"wrote {path}")
+    if plot_path:
+        write_tuning_plot(report, plot_path)
+        click.echo(f"wrote {plot_path}")
+
+
+commands = [tune]

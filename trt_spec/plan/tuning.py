@@ -1,0 +1,186 @@
+"""The tuning report: acceptance measured on the user's own prompts (``trt-spec tune``), read by
+``plan`` (the projection from the measured profile instead of an assumed alpha), ``check`` (a
+warning when the spec's K is off the recommendation) and ``repo`` (adaptive K starts from the
+measured acceptance; the torch flavor's step costs as measured).
+
+A report is JSON, written once by ``trt_spec.bench.tuning`` and validated here on every read
+(pydantic), so a hand-edited or truncated file fails with the field that is wrong. It records
+what it was measured on: the pair (checked against the spec that reads it), the workload, the
+machine, the temperatures.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from trt_spec.errors import SpecError
+from trt_spec.runtime.costs import AcceptanceProfile, StepCosts
+from trt_spec.spec import Spec
+
+REPORT_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LengthSummary(_Strict):
+    min: int
+    median: float
+    max: int
+
+
+class KRow(_Strict):
+    """One K at one temperature: measured in-process on the spec's checkpoints, and projected."""
+
+    k: int = Field(ge=1)
+    tokens_per_target_call: float = Field(ge=1)  # measured at this K
+    profile_tokens_per_target_call: float = Field(ge=1)  # E(K) from the profile measured at the largest K
+    acceptance_rate: float = Field(ge=0, le=1)  # accepted / drafted (TensorRT-LLM's)
+    alpha: float = Field(ge=0, le=1)
+    accepted_through: list[float]  # per position 1..K, measured at this K
+    measured_speedup: float = Field(gt=0)  # on the machine that tuned (CPU: not the GPU's figure)
+
+
+class TemperatureResult(_Strict):
+    temperature: float = Field(ge=0)
+    alpha: float = Field(ge=0, le=1)  # at the largest K measured
+    accepted_through: list[float] = Field(min_length=1)  # the profile, at the largest K measured
+    rows: list[KRow] = Field(min_length=1)  # the K that were run
+    # On the spec's GPU at batch 1 from the profile, for every K = 1 .. len(accepted_through).
+    projected_speedup: list[float] = Field(min_length=1)
+    recommended_k: int = Field(ge=1)  # the best projected K
+    k_schedule: list[int]  # the best K per requests in flight 1..max_batch_size (0: plain decoding)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TemperatureResult:
+        if len(self.projected_speedup) != len(self.accepted_through):
+            raise ValueError("projected_speedup needs one value per position of accepted_through")
+        if not 1 <= self.recommended_k <= len(self.projected_speedup):
+            raise ValueError(f"recommended_k {self.recommended_k} is outside 1..{len(self.projected_speedup)}")
+        return self
+
+    @property
+    def profile(self) -> AcceptanceProfile:
+        return AcceptanceProfile(tuple(self.accepted_through), self.alpha)
+
+    def projected_at(self, k: int) -> float | None:
+        return self.projected_speedup[k - 1] if 1 <= k <= len(self.projected_speedup) else None
+
+
+class MeasuredStepCosts(_Strict):
+    """Step costs measured in the same run, relative to t_1 (the torch flavor's adaptive K)."""
+
+    draft: float = Field(ge=0)  # t_d / t_1
+    verify_slope: float = Field(ge=0)  # (t_(K+1) - t_1) / (K t_1) at the largest K
+
+
+class Workload(_Strict):
+    source: str  # the --dataset, or "packaged prompts"
+    prompts: int = Field(ge=1)
+    prompt_tokens: LengthSummary
+    max_new_tokens: int = Field(ge=1)
+
+
+class TuningReport(_Strict):
+    """What ``trt-spec tune`` measured; see the module docstring."""
+
+    version: int
+    spec_name: str
+    target: str  # the spec's target.model
+    draft: str
+    spec_k: int  # the spec's num_draft_tokens when tuned
+    gpu: str  # the spec's engine.gpu, which the projection is for
+    created: str  # ISO 8601
+    machine: str  # where the acceptance was measured (it does not depend on it; speed does)
+    runner: str
+    workload: Workload
+    temperatures: list[TemperatureResult] = Field(min_length=1)
+    step_costs: MeasuredStepCosts
+
+    @model_validator(mode="after")
+    def _known_version(self) -> TuningReport:
+        if self.version != REPORT_VERSION:
+            raise ValueError(f"version {self.version} is not {REPORT_VERSION}; re-run trt-spec tune")
+        return self
+
+    @property
+    def primary(self) -> TemperatureResult:
+        """The first temperature tuned: the traffic's, which the recommendation is for."""
+        return self.temperatures[0]
+
+    @property
+    def acceptance(self) -> AcceptanceProfile:
+        return self.primary.profile
+
+    @property
+    def recommended_k(self) -> int:
+        return self.primary.recommended_k
+
+    def step_costs_for_adaptive_k(self, base: StepCosts) -> StepCosts:
+        """``base`` (the flavor's fixed costs) with adaptive K starting from the measured alpha."""
+        return StepCosts(base.draft, base.verify_slope, prior_alpha=self.primary.alpha)
+
+    def measured_step_costs(self) -> StepCosts:
+        """The costs measured on the machine that tuned, with the measured alpha as the prior."""
+        return StepCosts(self.step_costs.draft, self.step_costs.verify_slope, prior_alpha=self.primary.alpha)
+
+    def check_matches(self, spec: Spec) -> None:
+        """Raises SpecError when the report was measured on another pair than the spec's."""
+        if (self.target, self.draft) != (spec.target.model, spec.draft.model):
+            raise SpecError(
+                f"the tuning report is for target {self.target!r} with draft {self.draft!r}, not the spec's "
+                f"{spec.target.model!r} with {spec.draft.model!r}; run `trt-spec tune --spec` on this spec"
+            )
+
+    def warnings(self, spec: Spec) -> list[str]:
+        """What ``check`` says about the spec against this report."""
+        found = []
+        if spec.num_draft_tokens != self.recommended_k:
+            result = self.primary
+            at_spec = result.projected_at(spec.num_draft_tokens)
+            projected = f" (x{at_spec:.2f})" if at_spec is not None else ""
+            found.append(
+                f"speculative.num_draft_tokens is {spec.num_draft_tokens}{projected} but the tuning report "
+                f"recommends K = {self.recommended_k} (x{result.projected_at(self.recommended_k):.2f} projected on "
+                f"{self.gpu.upper()} at temperature {result.temperature:g}, acceptance measured on "
+                f"{self.workload.source}); K is the target engine's max_draft_len, fixed at build: set it "
+                "before `trt-spec build`"
+            )
+        if self.gpu != spec.engine.gpu:
+            found.append(
+                f"the tuning report projected for {self.gpu.upper()}, the spec builds for "
+                f"{spec.engine.gpu.upper()}; re-run trt-spec tune to project for it"
+            )
+        return found
+
+
+def load_tuning(path: str | Path, spec: Spec | None = None) -> TuningReport:
+    """Read and validate a report (and check it is for ``spec``'s pair, when given).
+
+    Raises:
+        SpecError: a missing, unreadable or invalid file, or a report for another pair.
+    """
+    path = Path(path)
+    try:
+        report = TuningReport.model_validate_json(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(
+            f"tuning report {path} does not exist; write it with `trt-spec tune --spec F -o {path}`"
+        ) from None
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(the file)"
+        raise SpecError(f"tuning report {path}: {where}: {first['msg']}; re-run trt-spec tune") from None
+    except (OSError, ValueError) as error:
+        raise SpecError(f"tuning report {path} cannot be read: {error}") from None
+    if spec is not None:
+        report.check_matches(spec)
+    return report
+
+
+def report_json(report: TuningReport) -> str:
+    return json.dumps(report.model_dump(mode="json"), indent=2) + "\n"
