@@ -22,6 +22,7 @@ from trt_spec.checkpoints.download import local_snapshot
 from trt_spec.errors import ModelConfigError, PlanError, TrtSpecError
 from trt_spec.plan import make_plan
 from trt_spec.plan.memory import format_bytes
+from trt_spec.plan.tuning import TuningReport
 from trt_spec.runtime.tensors import ROLES
 from trt_spec.spec import Spec
 
@@ -62,8 +63,9 @@ class CheckReport:
         return {"ok": self.ok, "rows": [row.__dict__ for row in self.rows]}
 
 
-def check_pair(spec: Spec) -> CheckReport:
-    """Check ``spec``'s target and draft against each other and against the spec.
+def check_pair(spec: Spec, tuning: TuningReport | None = None) -> CheckReport:
+    """Check ``spec``'s target and draft against each other and against the spec, and the spec's K
+    against a tuning report's recommendation when given (``trt-spec tune``).
 
     Raises nothing for a bad pair (that is what the fatal rows are for); only programming
     errors escape.
@@ -88,7 +90,21 @@ def check_pair(spec: Spec) -> CheckReport:
             _check_dtype(spec, configs),
         ]
     rows += _check_memory(spec)
+    if tuning is not None:
+        rows.append(_check_tuning(spec, tuning))
     return CheckReport(tuple(rows))
+
+
+def _check_tuning(spec: Spec, tuning: TuningReport) -> CheckRow:
+    warnings = tuning.warnings(spec)
+    if warnings:
+        return CheckRow("tuning", WARN, "; ".join(warnings))
+    return CheckRow(
+        "tuning",
+        OK,
+        f"K = {spec.num_draft_tokens} is the tuning report's recommendation (acceptance measured on "
+        f"{tuning.workload.source}, alpha {tuning.primary.alpha:.2f} at temperature {tuning.primary.temperature:g})",
+    )
 
 
 # -- the models ---------------------------------------------------------------------------------
