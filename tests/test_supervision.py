@@ -291,6 +291,15 @@ class Load:
         return [o for o in self.outcomes if o.started < moment < o.ended]
 
 
+def _down_and_ready_again(readiness: list[tuple[float, int]], since: float) -> tuple[float | None, float | None]:
+    """The first not-ready sample after ``since`` and the first ready one after it (None: not seen yet)."""
+    samples = list(readiness)  # the poller appends meanwhile
+    down = next((t for t, status in samples if t > since and status != 200), None)
+    if down is None:
+        return None, None
+    return down, next((t for t, status in samples if t > down and status == 200), None)
+
+
 @needs_triton
 @pytest.mark.parametrize(
     ("model", "errors_in_flight"),
@@ -318,10 +327,13 @@ def test_a_killed_model_process_comes_back_under_load(supervised, model, errors_
         os.kill(victim.pid, signal.SIGKILL)
         _until(lambda: len(supervisor.recoveries) > done, timeout_s=wait + 30)
         _until(lambda: load.successes_after(supervisor.recoveries[-1].detected_at), timeout_s=30)
+        # Requests can succeed before readiness is back (preprocessing's other instance serves
+        # them while the killed one reloads): keep polling until the poller has seen it back.
+        _until(lambda: _down_and_ready_again(load.readiness, killed)[1] is not None, timeout_s=wait + 30)
     recovery = supervisor.recoveries[-1]
     served_again = min(o.ended for o in load.successes_after(recovery.detected_at))
-    down = min(t for t, status in load.readiness if t > killed and status != 200)
-    ready_again = min(t for t, status in load.readiness if t > down and status == 200)
+    down, ready_again = _down_and_ready_again(load.readiness, killed)
+    assert down is not None and ready_again is not None
     print(
         f"\n{model}: killed pid {victim.pid}; found dead after {recovery.detected_at - killed:.2f} s, "
         f"{recovery.action} took {recovery.seconds:.1f} s; ready again {ready_again - killed:.1f} s "
