@@ -95,6 +95,8 @@ def tune(
     from trt_spec.plan import make_plan
     from trt_spec.plan.tuning import report_json
 
+    if dataset is None and dataset_column:
+        raise click.UsageError("--dataset-column goes with --dataset SOURCE")
     spec = read_spec(spec_path)
     plan = make_plan(spec)
     if plot_path:
@@ -117,8 +119,6 @@ def tune(
             seed=seed,
         )
         prompts, source = [prompt.tokens for prompt in workload.prompts], dataset
-    elif dataset_column:
-        raise click.UsageError("--dataset-column goes with --dataset SOURCE")
     report = run_tuning(
         plan,
         pair,
