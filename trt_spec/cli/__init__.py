@@ -62,13 +62,24 @@ def _register() -> None:
         build_cmds,
         checkpoint_cmds,
         demo_cmds,
+        deploy_cmds,
         generate_cmds,
         serve_cmds,
         spec_cmds,
         tune_cmds,
     )
 
-    for module in (spec_cmds, checkpoint_cmds, build_cmds, serve_cmds, generate_cmds, bench_cmds, tune_cmds, demo_cmds):
+    for module in (
+        spec_cmds,
+        checkpoint_cmds,
+        build_cmds,
+        serve_cmds,
+        generate_cmds,
+        bench_cmds,
+        tune_cmds,
+        demo_cmds,
+        deploy_cmds,
+    ):
         for command in module.commands:
             main.add_command(command)
 
