@@ -19,11 +19,11 @@ from trt_spec.spec import TritonSpec, load_spec
 
 def test_the_registry_finds_the_spec_choices():
     choices = get_args(TritonSpec.model_fields["flavor"].annotation)
-    assert sorted(flavors.FLAVORS) == sorted(choices) == ["tensorrtllm", "torch"]
+    assert sorted(flavors.FLAVORS) == sorted(choices) == ["llmapi", "tensorrtllm", "torch"]
 
 
 def test_an_unknown_flavor_is_refused_by_name_with_the_choices():
-    with pytest.raises(RepositoryError, match=r"flavor must be one of tensorrtllm, torch; got 'vllm'"):
+    with pytest.raises(RepositoryError, match=r"flavor must be one of llmapi, tensorrtllm, torch; got 'vllm'"):
         flavors.get("vllm")
 
 
@@ -44,11 +44,12 @@ def test_a_module_defining_flavor_is_a_flavor(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(flavors, "__path__", [*flavors.__path__, str(tmp_path)])
     found = flavors._discover()
-    assert sorted(found) == ["tensorrtllm", "torch", "toy"]
+    assert sorted(found) == ["llmapi", "tensorrtllm", "torch", "toy"]
     assert found["toy"].summary == "a test flavor"
 
 
-@pytest.mark.parametrize("name", sorted(flavors.FLAVORS))
+# The engine route's flavors; llmapi writes Triton's llmapi model instead (tests/test_llmapi_flavor.py).
+@pytest.mark.parametrize("name", sorted(set(flavors.FLAVORS) - {"llmapi"}))
 def test_each_flavor_writes_every_model_with_its_engines(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plan = make_plan(load_spec(EXAMPLES / "pystdlib-demo.yaml"))

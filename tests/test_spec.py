@@ -68,7 +68,7 @@ def test_frozen():
             "typical",
             "speculative.acceptance: Input should be 'greedy' or 'probabilistic'; got 'typical'",
         ),
-        ("triton.flavor", "vllm", "triton.flavor: Input should be 'tensorrtllm' or 'torch'; got 'vllm'"),
+        ("triton.flavor", "vllm", "triton.flavor: Input should be 'llmapi', 'tensorrtllm' or 'torch'; got 'vllm'"),
         (
             "engine.dtypo",
             "float16",

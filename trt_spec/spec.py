@@ -90,7 +90,7 @@ class EngineSpec(_Section):
 
 
 class TritonSpec(_Section):
-    flavor: Literal["tensorrtllm", "torch"] = "tensorrtllm"
+    flavor: Literal["llmapi", "tensorrtllm", "torch"] = "tensorrtllm"
 
 
 class PathsSpec(_Section):

@@ -206,7 +206,8 @@ def _ready(line: str) -> None:
     "--flavor",
     type=click.Choice(tuple(FLAVORS)),
     default=None,
-    help="tensorrtllm: TensorRT-LLM engines (GPU); torch: the PyTorch twin of the engines (CPU or GPU). "
+    help="tensorrtllm: TensorRT-LLM engines (GPU); torch: the PyTorch twin of the engines (CPU or GPU); "
+    "llmapi: TensorRT-LLM's PyTorch backend, no engines (trtllm-serve, Triton's llmapi model). "
     "Default: the spec's triton.flavor.",
 )
 @click.option(
@@ -237,7 +238,14 @@ def _ready(line: str) -> None:
     help="torch flavor: intra-op threads per engine model (0 = torch's default).",
 )
 @tuning_option
-def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_threads, tuning_path) -> None:
+@click.option(
+    "--trtllm-version",
+    default=None,
+    metavar="VERSION",
+    help="llmapi flavor: the TensorRT-LLM release its files are for, 1.2 (1.2.x) or 1.3 (1.3 and later). "
+    "Default: 1.3, upstream's current line.",
+)
+def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_threads, tuning_path, trtllm_version) -> None:
     """Write the Triton model repository: `ensemble` (spec_preprocessing -> spec_loop, the draft ->
     verify loop -> spec_postprocessing), the same pipeline as `tensorrt_llm_bls`, the engine models
     tensorrt_llm and tensorrt_llm_draft, and TensorRT-LLM's `preprocessing` and `postprocessing`.
@@ -256,12 +264,15 @@ def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_thread
       trt-spec repo --spec examples/pystdlib-demo.yaml --flavor torch -o model_repo
       trt-spec repo --spec examples/llama8b-1b-h200.yaml --engines-mount /engines
       trt-spec repo --spec examples/pystdlib-demo.yaml --flavor torch --tuning tuning.json
+      trt-spec repo --spec examples/llama70b-1b-4xh100.yaml --flavor llmapi --trtllm-version 1.2
     """
     from trt_spec.repository.writer import write_repository
 
     spec = read_spec(spec_path)
     tuning = read_tuning(tuning_path, spec)
     chosen = flavor or spec.triton.flavor
+    if trtllm_version is not None and chosen != "llmapi":
+        raise click.UsageError(f"--trtllm-version is for the llmapi flavor; this repository's flavor is {chosen}")
     result = write_repository(
         spec,
         out_dir,
@@ -273,11 +284,17 @@ def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_thread
         # The torch flavor runs on the kind of machine that tuned: its measured costs; a GPU
         # flavor keeps its projected ones (the report's CPU times say nothing about a GPU).
         step_costs=tuning.measured_step_costs() if tuning and chosen == "torch" else None,
+        trtllm_version=trtllm_version,
     )
     for note in result.notes:
         click.echo(f"note: {note}")
     click.echo(f"wrote {result.path} ({result.flavor} flavor): {', '.join(result.models)}")
-    click.echo(f"next: trt-spec serve --repo {result.path}")
+    if chosen == "llmapi":
+        click.echo(
+            f"next: on a GPU machine with TensorRT-LLM, sh {result.path}/trtllm-serve.sh (or Triton on {result.path})"
+        )
+    else:
+        click.echo(f"next: trt-spec serve --repo {result.path}")
 
 
 commands = [repo, serve]

@@ -20,7 +20,7 @@ from pathlib import Path
 from trt_spec.checkpoints.config import SUPPORTED_ARCHITECTURES, find_config_json, model_info_from_config
 from trt_spec.checkpoints.download import local_snapshot
 from trt_spec.errors import ModelConfigError, PlanError, TrtSpecError
-from trt_spec.plan import make_plan
+from trt_spec.plan import llmapi_route, make_plan
 from trt_spec.plan.memory import format_bytes
 from trt_spec.plan.tuning import TuningReport
 from trt_spec.runtime.tensors import ROLES
@@ -90,6 +90,7 @@ def check_pair(spec: Spec, tuning: TuningReport | None = None) -> CheckReport:
             _check_dtype(spec, configs),
         ]
     rows += _check_memory(spec)
+    rows += _check_route(spec)
     if tuning is not None:
         rows.append(_check_tuning(spec, tuning))
     return CheckReport(tuple(rows))
@@ -286,8 +287,20 @@ def _check_memory(spec: Spec) -> list[CheckRow]:
         f"draft {format_bytes(gpu0.draft_fixed)} (weights, activations, runtime) and KV cache for "
         f"{memory.kv_tokens} tokens ({memory.full_sequences} sequences of max_seq_len + K)"
     )
-    rows = [CheckRow("memory", OK, detail)] + [CheckRow("memory", WARN, warning) for warning in plan.warnings]
-    return rows + [CheckRow("lengths", OK, note) for note in plan.notes]
+    route = set(sum(llmapi_route(spec), ()))  # their own rows (_check_route)
+    rows = [CheckRow("memory", OK, detail)]
+    rows += [CheckRow("memory", WARN, warning) for warning in plan.warnings if warning not in route]
+    return rows + [CheckRow("lengths", OK, note) for note in plan.notes if note not in route]
+
+
+def _check_route(spec: Spec) -> list[CheckRow]:
+    """The llmapi route's differences, when the spec picks it (plan.llmapi_route says each)."""
+    warnings, notes = llmapi_route(spec)
+
+    def row(status: str, text: str) -> CheckRow:  # the row's name already says "llmapi route"
+        return CheckRow("llmapi route", status, text.removeprefix("llmapi route: ").removeprefix("llmapi route, "))
+
+    return [row(WARN, w) for w in warnings] + [row(OK, n) for n in notes]
 
 
 def _positions_needed(spec: Spec, role: str) -> int:

@@ -93,12 +93,15 @@ def write_repository(
     acceptance: Acceptance | None = None,
     step_costs: StepCosts | None = None,
     k_schedule: Sequence[int] | None = None,
+    trtllm_version: str | None = None,
 ) -> RepositoryResult:
     """Write the repository for ``spec`` into ``out_dir`` (default: the spec's ``paths.model_repo``).
 
     With engines built, they are cross-checked against the spec first; without, the configs
     follow the plan and a note says so. ``adaptive_draft``, ``torch_threads``, ``acceptance``,
     ``step_costs`` and ``k_schedule``: see :func:`trt_spec.repository.flavors.settings_from_plan`.
+    ``trtllm_version``: the TensorRT-LLM release line of a flavor's version-specific files
+    (:meth:`~trt_spec.repository.flavors.Flavor.files`; the llmapi flavor's).
 
     Raises:
         EngineMismatchError: a built engine disagrees with the spec.
@@ -107,8 +110,11 @@ def write_repository(
     """
     plan = plan or make_plan(spec)
     chosen = flavors.get(flavor or spec.triton.flavor)
-    tokenizer_source = Path(tokenizer_dir) if tokenizer_dir else hf_checkpoint_dir(spec, "target")
-    hf_dirs = {"target": str(tokenizer_source)}
+    hf_dirs: dict[str, str] = {}
+    tokenizer_files: list[Path] = []
+    if chosen.needs_tokenizer:
+        tokenizer_source = Path(tokenizer_dir) if tokenizer_dir else hf_checkpoint_dir(spec, "target")
+        hf_dirs["target"] = str(tokenizer_source)
     # A flavor that runs the draft's checkpoint needs it there (downloaded).
     if chosen.needs_draft_checkpoint or spec.draft.local_dir(spec.source_dir) is not None:
         hf_dirs["draft"] = str(hf_checkpoint_dir(spec, "draft"))
@@ -125,11 +131,17 @@ def write_repository(
     )
     notes = chosen.check(plan, settings)
     model_configs = chosen.model_configs(settings)
-    tokenizer_files = [tokenizer_source / name for name in TOKENIZER_FILES if (tokenizer_source / name).is_file()]
-    if not any(path.name in ("tokenizer.json", "tokenizer.model", "vocab.json") for path in tokenizer_files):
-        raise RepositoryError(
-            f"no tokenizer files (tokenizer.json, tokenizer.model or vocab.json) in {tokenizer_source}"
-        )
+    own_files = chosen.files(plan, settings, trtllm_version=trtllm_version)
+    for relative in own_files:
+        parts = Path(relative).parts
+        if Path(relative).is_absolute() or ".." in parts or parts[0] not in (*model_configs, *chosen.root_files):
+            raise RepositoryError(f"flavor {chosen.name} writes {relative!r}, outside its models and root files")
+    if chosen.needs_tokenizer:
+        tokenizer_files = [tokenizer_source / name for name in TOKENIZER_FILES if (tokenizer_source / name).is_file()]
+        if not any(path.name in ("tokenizer.json", "tokenizer.model", "vocab.json") for path in tokenizer_files):
+            raise RepositoryError(
+                f"no tokenizer files (tokenizer.json, tokenizer.model or vocab.json) in {tokenizer_source}"
+            )
 
     final = Path(out_dir) if out_dir is not None else model_repo_dir(spec)
     final = final.resolve()
@@ -146,13 +158,23 @@ def write_repository(
                 continue
             version = partial / name / "1"
             version.mkdir(parents=True)
-            shutil.copy2(MODELS_SOURCE_DIR / chosen.source(name) / "model.py", version / "model.py")
+            source = chosen.source(name)
+            if source is None:  # not our model.py (the flavor's files() say what is there)
+                result.models.append(name)
+                continue
+            shutil.copy2(MODELS_SOURCE_DIR / source / "model.py", version / "model.py")
             copy_runtime(version)
             if name in TOKENIZER_MODELS:
                 (version / configs.TOKENIZER_SUBDIR).mkdir()
                 for path in tokenizer_files:
                     shutil.copy2(path, version / configs.TOKENIZER_SUBDIR / path.name)
             result.models.append(name)
+        for relative, text in own_files.items():
+            path = partial / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            if path.suffix == ".sh":
+                path.chmod(0o755)
         if (final / KEPT_FILE).is_file():
             shutil.copy2(final / KEPT_FILE, partial / KEPT_FILE)
     result.notes += chosen.notes(settings, final)
@@ -165,7 +187,8 @@ def _check_replaceable(final: Path) -> None:
         return
     if not final.is_dir():
         raise RepositoryError(f"{final} exists and is not a directory; choose another output directory")
-    foreign = sorted(entry.name for entry in final.iterdir() if entry.name not in (*T.MODEL_NAMES, KEPT_FILE))
+    ours = (*T.MODEL_NAMES, KEPT_FILE, *flavors.ROOT_FILES)
+    foreign = sorted(entry.name for entry in final.iterdir() if entry.name not in ours)
     if foreign:
         raise RepositoryError(
             f"{final} holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which is not a "

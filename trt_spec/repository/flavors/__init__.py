@@ -6,7 +6,8 @@ give the draft's logits for sampled verification, the loop's K by requests in fl
 schedule), what it checks before writing (built engines against the spec) and what it tells the
 user after. Everything else of the repository (the pipeline around the engines) is the same for
 every flavor (:func:`configs.pipeline_configs`), unless a flavor replaces it
-(:meth:`Flavor.model_configs`).
+(:meth:`Flavor.model_configs`). A flavor off the engine route (``llmapi``: TensorRT-LLM's PyTorch
+backend) replaces the models and writes files of its own beside them (:meth:`Flavor.files`).
 
 Each module of this package that defines ``FLAVOR`` (a :class:`Flavor`) is a flavor: adding one is
 one new module here (docs/contributing.md, "Adding a flavor"). The spec names the flavor
@@ -40,6 +41,8 @@ class Flavor:
     summary: ClassVar[str]  # one line: what runs the engines, and where
     needs_draft_checkpoint: ClassVar[bool] = False  # the engines read the draft's HF checkpoint
     engine_source: ClassVar[str | None] = None  # the packaged model.py folder of python engine models
+    needs_tokenizer: ClassVar[bool] = True  # the repository carries the target's tokenizer files
+    root_files: ClassVar[tuple[str, ...]] = ()  # files this flavor writes at the repository's root (files())
 
     def step_costs(self, plan: Plan) -> StepCosts:
         """Adaptive K's fixed step costs on this flavor's hardware (fixed: runtime/costs.py says why)."""
@@ -63,9 +66,21 @@ class Flavor:
         engines = {T.ENGINE_MODELS[role]: self.engine_config(settings, role) for role in ROLES}
         return configs.pipeline_configs(settings, engines)
 
-    def source(self, model: str) -> str:
-        """The packaged folder (under ``trt_spec/runtime/models/``) of a python model's ``model.py``."""
+    def source(self, model: str) -> str | None:
+        """The packaged folder (under ``trt_spec/runtime/models/``) of a python model's ``model.py``;
+        None: the model's source is not ours (the writer copies no ``model.py`` nor runtime for it)."""
         return self.engine_source if self.engine_source and model in T.ENGINE_MODELS.values() else model
+
+    def files(self, plan: Plan, settings: RepositorySettings, *, trtllm_version: str | None = None) -> dict[str, str]:
+        """Files of this flavor's own beyond the model configs, by path relative to the repository
+        (a model's version folder, or a name in ``root_files``), written with the rest and as
+        atomically. ``trtllm_version``: the TensorRT-LLM release line to write them for (None: the
+        flavor's default).
+
+        Raises:
+            RepositoryError: a file would not validate.
+        """
+        return {}
 
     def check(self, plan: Plan, settings: RepositorySettings) -> list[str]:
         """Cross-check what was built for the spec before writing; notes for the caller to show.
@@ -90,6 +105,8 @@ def _discover() -> dict[str, Flavor]:
 
 
 FLAVORS: dict[str, Flavor] = _discover()
+# What a repository's root may hold besides its models: every flavor's root files.
+ROOT_FILES: tuple[str, ...] = tuple(sorted({name for flavor in FLAVORS.values() for name in flavor.root_files}))
 
 
 def get(name: str) -> Flavor:
