@@ -270,9 +270,9 @@ def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_thread
 
     spec = read_spec(spec_path)
     tuning = read_tuning(tuning_path, spec)
-    chosen = flavor or spec.triton.flavor
-    if trtllm_version is not None and chosen != "llmapi":
-        raise click.UsageError(f"--trtllm-version is for the llmapi flavor; this repository's flavor is {chosen}")
+    chosen = FLAVORS[flavor or spec.triton.flavor]
+    if trtllm_version is not None and not chosen.takes_trtllm_version:
+        raise click.UsageError(f"--trtllm-version is for the llmapi flavor; this repository's flavor is {chosen.name}")
     result = write_repository(
         spec,
         out_dir,
@@ -281,20 +281,15 @@ def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_thread
         adaptive_draft=adaptive_draft,
         torch_threads=torch_threads,
         acceptance=tuning.acceptance if tuning else None,
-        # The torch flavor runs on the kind of machine that tuned: its measured costs; a GPU
-        # flavor keeps its projected ones (the report's CPU times say nothing about a GPU).
-        step_costs=tuning.measured_step_costs() if tuning and chosen == "torch" else None,
+        # The report's measured costs only where the flavor runs on the kind of machine that tuned
+        # (its CPU times say nothing about a GPU).
+        step_costs=tuning.measured_step_costs() if tuning and chosen.uses_measured_step_costs else None,
         trtllm_version=trtllm_version,
     )
     for note in result.notes:
         click.echo(f"note: {note}")
     click.echo(f"wrote {result.path} ({result.flavor} flavor): {', '.join(result.models)}")
-    if chosen == "llmapi":
-        click.echo(
-            f"next: on a GPU machine with TensorRT-LLM, sh {result.path}/trtllm-serve.sh (or Triton on {result.path})"
-        )
-    else:
-        click.echo(f"next: trt-spec serve --repo {result.path}")
+    click.echo(f"next: {chosen.next_step(result.path)}")
 
 
 commands = [repo, serve]

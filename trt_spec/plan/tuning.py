@@ -120,10 +120,6 @@ class TuningReport(_Strict):
     def recommended_k(self) -> int:
         return self.primary.recommended_k
 
-    def step_costs_for_adaptive_k(self, base: StepCosts) -> StepCosts:
-        """``base`` (the flavor's fixed costs) with adaptive K starting from the measured alpha."""
-        return StepCosts(base.draft, base.verify_slope, prior_alpha=self.primary.alpha)
-
     def measured_step_costs(self) -> StepCosts:
         """The costs measured on the machine that tuned, with the measured alpha as the prior."""
         return StepCosts(self.step_costs.draft, self.step_costs.verify_slope, prior_alpha=self.primary.alpha)

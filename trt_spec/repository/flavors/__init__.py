@@ -43,6 +43,10 @@ class Flavor:
     engine_source: ClassVar[str | None] = None  # the packaged model.py folder of python engine models
     needs_tokenizer: ClassVar[bool] = True  # the repository carries the target's tokenizer files
     root_files: ClassVar[tuple[str, ...]] = ()  # files this flavor writes at the repository's root (files())
+    # Runs on the kind of machine `trt-spec tune` measures on (the PyTorch twin): a tuning report's
+    # measured step costs apply to it; a GPU flavor keeps its projected ones.
+    uses_measured_step_costs: ClassVar[bool] = False
+    takes_trtllm_version: ClassVar[bool] = False  # files() depend on the TensorRT-LLM release line
 
     def step_costs(self, plan: Plan) -> StepCosts:
         """Adaptive K's fixed step costs on this flavor's hardware (fixed: runtime/costs.py says why)."""
@@ -81,6 +85,10 @@ class Flavor:
             RepositoryError: a file would not validate.
         """
         return {}
+
+    def next_step(self, repo: Path) -> str:
+        """What to run once the repository is written."""
+        return f"trt-spec serve --repo {repo}"
 
     def check(self, plan: Plan, settings: RepositorySettings) -> list[str]:
         """Cross-check what was built for the spec before writing; notes for the caller to show.

@@ -103,6 +103,10 @@ class LlmApiFlavor(Flavor):
     summary = "TensorRT-LLM's PyTorch backend (LLM API): trtllm-serve, or Triton's llmapi model; no engines"
     needs_tokenizer = False  # the LLM API reads the tokenizer from the target's checkpoint
     root_files = (OPTIONS_FILE, COMMAND_FILE)
+    takes_trtllm_version = True
+
+    def next_step(self, repo: Path) -> str:
+        return f"on a GPU machine with TensorRT-LLM, sh {repo}/{COMMAND_FILE} (or Triton on {repo})"
 
     def step_costs(self, plan: Plan) -> StepCosts:
         """Unused: no loop of ours runs on this route (TensorRT-LLM speculates with a fixed K)."""

@@ -18,6 +18,7 @@ from trt_spec.runtime.parameters import TorchEngineParameters
 
 class TorchFlavor(Flavor):
     name = "torch"
+    uses_measured_step_costs = True
     summary = "the PyTorch twin of both checkpoints in Triton python models (CPU, or CUDA when present)"
     needs_draft_checkpoint = True
     engine_source = "torch_engine"  # both engine models share one source; their config's `role` tells them apart
