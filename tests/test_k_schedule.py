@@ -311,9 +311,23 @@ def server(tmp_path_factory):
         os.chdir(cwd)
     running = TritonServer(emulated_repository(repo, spec, root / "served"), ready_timeout_s=240).start()
     try:
+        _until_metrics_answer(running)
         yield running
     finally:
         running.stop()
+
+
+def _until_metrics_answer(server, timeout_s: float = 30) -> None:
+    """Triton starts its metrics server after the HTTP one: wait for it before the first scrape."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(server.metrics_url, timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def scheduled_steps(server) -> Counter:
