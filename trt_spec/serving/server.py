@@ -311,14 +311,6 @@ def server_command(
     return ServerCommand(argv=argv, env=env, workdir=workdir, bundled=bundled, orchestrator=bool(engines))
 
 
-def _answers_200(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 class TritonServer:
     """A running tritonserver; a context manager that always stops it and cleans up.
 
@@ -550,9 +542,7 @@ class TritonServer:
             region.unlink(missing_ok=True)
 
     def _wait_ready(self) -> None:
-        """Until the models are ready and the metrics endpoint answers too (Triton starts its metrics
-        server after the HTTP one: a scrape right after "ready" could otherwise be refused)."""
-        urls = [f"http://{self.http_url}/v2/health/ready", self.metrics_url]
+        url = f"http://{self.http_url}/v2/health/ready"
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self.stopping:
@@ -562,10 +552,12 @@ class TritonServer:
                 raise ServerError(
                     f"tritonserver exited with code {process.returncode} while loading: {self.log_errors()}"
                 )
-            while urls and _answers_200(urls[0]):
-                urls.pop(0)
-            if not urls:
-                return
+            try:
+                with urllib.request.urlopen(url, timeout=1) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
             time.sleep(0.1)
         raise ServerError(f"tritonserver was not ready after {self.ready_timeout_s:.0f} s: {self.log_errors()}")
 
