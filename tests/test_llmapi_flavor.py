@@ -6,18 +6,21 @@ through Triton's protobuf, the exact trtllm-serve command, and what check and pl
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
 from conftest import EXAMPLES
 
-from trt_spec.plan import LLMAPI_FLAVOR, llmapi_route, make_plan
+from trt_spec.plan import engine_route, make_plan
 from trt_spec.plan.check import FATAL, WARN, check_pair
 from trt_spec.repository import configs, flavors, llm_args
 from trt_spec.repository.flavors import llmapi
+from trt_spec.repository.flavors.llmapi import LLMAPI_FLAVOR
 from trt_spec.repository.llm_args import LlmArgsError, validate_options, validate_yaml
 from trt_spec.repository.writer import write_repository
 from trt_spec.spec import load_spec
@@ -224,36 +227,66 @@ def test_a_previous_llmapi_repository_is_replaced(tmp_path):
 # --- what check and plan say before the user picks the route ---------------------------------------
 
 
+def llmapi_plan(spec):
+    return make_plan(spec, route=flavors.get(LLMAPI_FLAVOR).route(spec))
+
+
 def test_plan_says_what_the_route_does_differently():
     spec = as_llmapi(load_spec(SPECS["llama70b"]))
-    plan = make_plan(spec)
+    plan = llmapi_plan(spec)
     text = " ".join(plan.notes)
     assert "K is fixed at max_draft_len 5" in text and "num_draft_tokens" in text
     assert "1.2.x" in text and "1.3+" in text and "exact match" in text and "rejection sampling" in text
     assert "no pipeline parallelism" in text and "disable_overlap_scheduler" in text
     # The classic deployment's draft is tp 1 under a tp-4 target: on this route it runs at tp 4.
     assert any("the draft runs at the target's tp 4, not draft.tp_size 1" in w for w in plan.warnings)
-    # The engine route's input-length note is not this route's.
+    # The engine route's input-length note is not this route's, nor are its engines.
     assert not any("engines take inputs" in note for note in plan.notes)
+    assert not plan.builds_engines and plan.to_json()["builds_engines"] is False
 
 
 def test_plan_of_the_engine_route_is_unchanged():
     spec = load_spec(SPECS["llama70b"])
-    assert llmapi_route(spec) == ((), ())
-    assert not any("llmapi" in line for line in (*make_plan(spec).notes, *make_plan(spec).warnings))
+    for name in ("tensorrtllm", "torch"):
+        assert flavors.get(name).route(spec) == engine_route(spec)
+    plan = make_plan(spec)
+    assert plan.builds_engines and not any("llmapi" in line for line in (*plan.notes, *plan.warnings))
 
 
 def test_check_has_rows_for_the_route():
     spec = as_llmapi(load_spec(SPECS["demo"]))
-    report = check_pair(spec)
+    report = check_pair(spec, route=flavors.get(LLMAPI_FLAVOR).route(spec))
     route = [row for row in report.rows if row.check == "llmapi route"]
     assert len(route) == 3 and all(row.status != FATAL for row in route)
     assert not [row for row in report.rows if row.check in ("lengths", "memory") and "llmapi" in row.detail]
     assert report.ok
     # A draft tp that differs is a warning row.
     wider = spec.model_copy(update={"target": spec.target.model_copy(update={"tp_size": 2})})
-    rows = [row for row in check_pair(wider).rows if row.check == "llmapi route"]
-    assert [row.status for row in rows].count(WARN) == 1
+    rows = [row for row in check_pair(wider, route=flavors.get(LLMAPI_FLAVOR).route(wider)).rows]
+    assert [row.status for row in rows if row.check == "llmapi route"].count(WARN) == 1
+
+
+def test_the_commands_follow_the_specs_flavor(tmp_path):
+    """plan, check and build read the route from the spec's flavor: plan prints no trtllm-build
+    steps and no loop schedule, check has the route's rows, build refuses with the fix."""
+    from click.testing import CliRunner
+
+    from trt_spec.cli import main
+
+    text = Path(SPECS["llama70b"]).read_text()
+    assert "flavor: tensorrtllm" in text
+    path = tmp_path / "llmapi.yaml"
+    path.write_text(text.replace("flavor: tensorrtllm", "flavor: llmapi"))
+    plan = CliRunner().invoke(main, ["plan", "--spec", str(path)])
+    assert plan.exit_code == 0, plan.output
+    assert "trtllm-build" not in plan.output and "the loop model" not in plan.output
+    assert f"trt-spec repo --spec {path}" in plan.output and "note: llmapi route: K is fixed" in plan.output
+    classic = CliRunner().invoke(main, ["plan", "--spec", str(SPECS["llama70b"])])
+    assert "trtllm-build" in classic.output and "the loop model" in classic.output  # the control
+    check = CliRunner().invoke(main, ["check", "--spec", str(path), "--json"])
+    assert any(row["check"] == "llmapi route" for row in json.loads(check.output)["rows"])
+    build = CliRunner().invoke(main, ["build", "--spec", str(path), "--dry-run"])
+    assert build.exit_code == 1 and "builds no TensorRT engines" in build.output and "trt-spec repo" in build.output
 
 
 def test_the_registry_serves_it_and_no_engine_models():

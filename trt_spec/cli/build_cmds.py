@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import click
 
-from trt_spec.cli.common import read_spec, render_steps, spec_option
+from trt_spec.cli.common import read_spec, render_steps, spec_option, spec_plan
 from trt_spec.engines import build as build_lib
-from trt_spec.plan import make_plan
 
 
 @click.command()
@@ -24,7 +23,13 @@ def build(spec_path: str, dry_run: bool, force: bool) -> None:
       trt-spec build --spec examples/llama8b-1b-h200.yaml --dry-run
       trt-spec build --spec examples/llama8b-1b-h200.yaml
     """
-    the_plan = make_plan(read_spec(spec_path))
+    the_plan = spec_plan(read_spec(spec_path))
+    if not the_plan.builds_engines:
+        raise click.ClickException(
+            f"spec {the_plan.spec.name!r}: triton.flavor {the_plan.spec.triton.flavor} builds no TensorRT engines "
+            f"(TensorRT-LLM loads the checkpoints itself); write what serves it with "
+            f"`trt-spec repo --spec {spec_path}`, or pick flavor tensorrtllm to build engines"
+        )
     if dry_run:
         for line in render_steps(the_plan, spec_path):
             click.echo(line)

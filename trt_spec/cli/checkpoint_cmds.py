@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from trt_spec.cli.common import read_spec, read_tuning, spec_option, tuning_option
+from trt_spec.cli.common import read_spec, read_tuning, spec_option, spec_route, tuning_option
 from trt_spec.layout import lock_path
 from trt_spec.plan.memory import format_bytes
 from trt_spec.runtime.tensors import ROLES
@@ -66,7 +66,7 @@ def check(ctx: click.Context, spec_path: str, as_json: bool, tuning_path: str | 
     from trt_spec.plan.check import check_pair
 
     spec = read_spec(spec_path)
-    report = check_pair(spec, read_tuning(tuning_path, spec))
+    report = check_pair(spec, read_tuning(tuning_path, spec), spec_route(spec))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from trt_spec.client import DEFAULT_URL
-from trt_spec.plan import Plan
+from trt_spec.plan import Plan, Route, make_plan
 from trt_spec.spec import Spec, load_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -47,8 +47,28 @@ def read_tuning(tuning_path: str | None, spec: Spec):
     return load_tuning(tuning_path, spec) if tuning_path else None
 
 
+def spec_route(spec: Spec) -> Route:
+    """What the spec's flavor says about its route (``Flavor.route``): its warnings and notes, and
+    whether it builds TensorRT engines."""
+    from trt_spec.repository import flavors
+
+    return flavors.get(spec.triton.flavor).route(spec)
+
+
+def spec_plan(spec: Spec) -> Plan:
+    """The plan of ``spec`` on its flavor's route (what ``plan``, ``check`` and ``build`` say)."""
+    return make_plan(spec, route=spec_route(spec))
+
+
 def render_steps(the_plan: Plan, spec_path: str) -> list[str]:
-    """The copy-pasteable commands of a plan: one conversion, then one trtllm-build per engine."""
+    """The copy-pasteable commands of a plan: one conversion, then one trtllm-build per engine; on a
+    route without engines, the command that writes what serves it."""
+    if not the_plan.builds_engines:
+        flavor = the_plan.spec.triton.flavor
+        return [
+            f"# the {flavor} flavor builds no TensorRT engines: TensorRT-LLM loads both checkpoints itself",
+            f"trt-spec repo --spec {shlex.quote(spec_path)} -o model_repo",
+        ]
     lines = [
         "# 1. convert both HF checkpoints to TensorRT-LLM checkpoints (CPU; skipped when up to date)",
         f"trt-spec convert --spec {shlex.quote(spec_path)}",

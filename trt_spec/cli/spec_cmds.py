@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from trt_spec import atomic
-from trt_spec.cli.common import read_spec, read_tuning, render_steps, spec_option, tuning_option
-from trt_spec.plan import Plan, make_plan
+from trt_spec.cli.common import read_spec, read_tuning, render_steps, spec_option, spec_plan, tuning_option
+from trt_spec.plan import Plan
 from trt_spec.plan.memory import format_bytes
 from trt_spec.plan.projection import (
     DEFAULT_ALPHA,
@@ -109,7 +109,7 @@ def plan(
     spec = read_spec(spec_path)
     tuning = read_tuning(tuning_path, spec)
     acceptance: Acceptance = tuning.acceptance if tuning else (DEFAULT_ALPHA if alpha is None else alpha)
-    the_plan = make_plan(spec)
+    the_plan = spec_plan(spec)
     projection = project_plan(the_plan, acceptance, max_k=max_k, context=context, batch=batch)
     schedule = k_schedule(the_plan, acceptance, context=context)
     if as_json:
@@ -169,7 +169,8 @@ def render_plan(
     if projection is not None:
         lines += ["", *render_projection(projection)]
     if schedule:
-        lines += ["", *render_schedule(schedule, acceptance, spec.num_draft_tokens)]
+        loop_k = spec.num_draft_tokens if the_plan.builds_engines else None  # no loop of ours off the engine route
+        lines += ["", *render_schedule(schedule, acceptance, loop_k)]
     lines += ["", *render_steps(the_plan, spec_path)]
     return "\n".join(lines)
 

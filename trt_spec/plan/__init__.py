@@ -73,6 +73,12 @@ class Plan:
     memory: MemoryPlan
     warnings: tuple[str, ...]
     notes: tuple[str, ...] = ()  # why a derived value differs from the spec's, one line each
+    route: Route | None = None  # the spec's flavor's route (make_plan: the engine route unless given)
+
+    @property
+    def builds_engines(self) -> bool:
+        """Whether the route compiles TensorRT engines (``plan`` prints their build steps)."""
+        return self.route is None or self.route.builds_engines
 
     def engine(self, role: str) -> EnginePlan:
         return {"target": self.target, "draft": self.draft}[role]
@@ -88,10 +94,31 @@ class Plan:
             "memory": self.memory.to_json(),
             "warnings": list(self.warnings),
             "notes": list(self.notes),
+            "builds_engines": self.builds_engines,
         }
 
 
-def make_plan(spec: Spec, target: ModelInfo | None = None, draft: ModelInfo | None = None) -> Plan:
+@dataclass(frozen=True)
+class Route:
+    """How the spec's flavor takes the plan to a GPU, as ``plan`` and ``check`` say it: its own
+    warnings and notes (``label`` names their rows in ``check``), and whether it compiles TensorRT
+    engines. Each flavor gives its own (``Flavor.route`` in ``trt_spec/repository/flavors``);
+    :func:`engine_route` is the engine route's."""
+
+    label: str
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    builds_engines: bool = True
+
+
+def engine_route(spec: Spec) -> Route:
+    """The engine route (trtllm-build engines, served by TensorRT-LLM's backend or its twin)."""
+    return Route("lengths", notes=(input_len_note(spec),))
+
+
+def make_plan(
+    spec: Spec, target: ModelInfo | None = None, draft: ModelInfo | None = None, *, route: Route | None = None
+) -> Plan:
     """The full plan for ``spec``. Model infos are read from their ``config.json`` when not given.
 
     Raises:
@@ -106,51 +133,16 @@ def make_plan(spec: Spec, target: ModelInfo | None = None, draft: ModelInfo | No
     engines = {role: _engine_plan(spec, role, models[role]) for role in ROLES}
     memory = _memory_plan(spec, models, target_tp=spec.target.tp_size)
     _check_fits(spec, models, memory)
-    route_warnings, route_notes = llmapi_route(spec)
+    route = route or engine_route(spec)
     return Plan(
         spec=spec,
         target=engines["target"],
         draft=engines["draft"],
         memory=memory,
-        warnings=(*_warnings(spec, memory), *route_warnings),
-        # The engines' input limit is the engine route's; the llmapi route says what it does instead.
-        notes=route_notes if spec.triton.flavor == LLMAPI_FLAVOR else (input_len_note(spec),),
+        warnings=(*_warnings(spec, memory), *route.warnings),
+        notes=route.notes,
+        route=route,
     )
-
-
-# The flavor that serves the spec on TensorRT-LLM's PyTorch backend (LLM API: trtllm-serve, Triton's
-# llmapi model) instead of TensorRT engines: trt_spec/repository/flavors/llmapi.py, docs/llmapi.md.
-LLMAPI_FLAVOR = "llmapi"
-
-
-def llmapi_route(spec: Spec, flavor: str | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """What the llmapi route does differently from the engine route, as (warnings, notes), so that
-    ``check`` and ``plan`` say it before the user picks it; empty unless ``flavor`` (default: the
-    spec's) is llmapi. Sources: docs/llmapi.md (upstream's llm_args.py and sampler, cited there)."""
-    if (flavor or spec.triton.flavor) != LLMAPI_FLAVOR:
-        return (), ()
-    k, tp = spec.num_draft_tokens, spec.target.tp_size
-    warnings = []
-    if spec.draft.tp_size != tp:
-        warnings.append(
-            f"llmapi route: the draft runs at the target's tp {tp}, not draft.tp_size {spec.draft.tp_size} "
-            "(TensorRT-LLM's PyTorch backend runs it with the target's parallel mapping); the memory plan "
-            f"still places it at tp {spec.draft.tp_size}"
-        )
-    notes = (
-        f"llmapi route: K is fixed at max_draft_len {k} for every request; a request's num_draft_tokens, "
-        "adaptive K and the K schedule by load are not available (TensorRT-LLM's PyTorch backend drafts "
-        "max_draft_len tokens per step)",
-        "llmapi route, acceptance: TensorRT-LLM 1.2.x (two-model draft-target) verifies greedy requests by "
-        "exact match and sampled ones by rejection sampling when the draft's logits are kept; 1.3+ runs "
-        "draft-target as one model and verifies non-greedy batches by exact match unless "
-        "use_rejection_sampling is true (prototype, needs FlashInfer), which trt-spec writes for acceptance: "
-        f"probabilistic (this spec: {spec.speculative.acceptance})",
-        f"llmapi route: tensor parallel {tp} for target and draft, no pipeline parallelism with speculation "
-        "(pipeline_parallel_size 1), overlap scheduler off (disable_overlap_scheduler: true, as upstream's "
-        "draft-target examples run)",
-    )
-    return tuple(warnings), notes
 
 
 def input_len_note(spec: Spec) -> str:

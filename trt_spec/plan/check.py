@@ -20,7 +20,7 @@ from pathlib import Path
 from trt_spec.checkpoints.config import SUPPORTED_ARCHITECTURES, find_config_json, model_info_from_config
 from trt_spec.checkpoints.download import local_snapshot
 from trt_spec.errors import ModelConfigError, PlanError, TrtSpecError
-from trt_spec.plan import llmapi_route, make_plan
+from trt_spec.plan import Route, engine_route, make_plan
 from trt_spec.plan.memory import format_bytes
 from trt_spec.plan.tuning import TuningReport
 from trt_spec.runtime.tensors import ROLES
@@ -63,9 +63,10 @@ class CheckReport:
         return {"ok": self.ok, "rows": [row.__dict__ for row in self.rows]}
 
 
-def check_pair(spec: Spec, tuning: TuningReport | None = None) -> CheckReport:
+def check_pair(spec: Spec, tuning: TuningReport | None = None, route: Route | None = None) -> CheckReport:
     """Check ``spec``'s target and draft against each other and against the spec, and the spec's K
-    against a tuning report's recommendation when given (``trt-spec tune``).
+    against a tuning report's recommendation when given (``trt-spec tune``). ``route``: what the
+    spec's flavor says about its route (``Flavor.route``; default the engine route's).
 
     Raises nothing for a bad pair (that is what the fatal rows are for); only programming
     errors escape.
@@ -89,8 +90,9 @@ def check_pair(spec: Spec, tuning: TuningReport | None = None) -> CheckReport:
             _check_tensor_parallel(spec, configs),
             _check_dtype(spec, configs),
         ]
-    rows += _check_memory(spec)
-    rows += _check_route(spec)
+    route = route or engine_route(spec)
+    rows += _check_memory(spec, route)
+    rows += _check_route(route)
     if tuning is not None:
         rows.append(_check_tuning(spec, tuning))
     return CheckReport(tuple(rows))
@@ -275,9 +277,9 @@ def _check_dtype(spec: Spec, configs: dict[str, dict]) -> CheckRow:
     return CheckRow("dtype", OK, f"both stored as {engine_dtype}, as the engines run")
 
 
-def _check_memory(spec: Spec) -> list[CheckRow]:
+def _check_memory(spec: Spec, route: Route) -> list[CheckRow]:
     try:
-        plan = make_plan(spec)
+        plan = make_plan(spec, route=route)
     except (PlanError, ModelConfigError) as exc:
         return [CheckRow("memory", FATAL, str(exc))]
     memory = plan.memory
@@ -287,20 +289,18 @@ def _check_memory(spec: Spec) -> list[CheckRow]:
         f"draft {format_bytes(gpu0.draft_fixed)} (weights, activations, runtime) and KV cache for "
         f"{memory.kv_tokens} tokens ({memory.full_sequences} sequences of max_seq_len + K)"
     )
-    route = set(sum(llmapi_route(spec), ()))  # their own rows (_check_route)
     rows = [CheckRow("memory", OK, detail)]
-    rows += [CheckRow("memory", WARN, warning) for warning in plan.warnings if warning not in route]
-    return rows + [CheckRow("lengths", OK, note) for note in plan.notes if note not in route]
+    return rows + [CheckRow("memory", WARN, warning) for warning in plan.warnings if warning not in route.warnings]
 
 
-def _check_route(spec: Spec) -> list[CheckRow]:
-    """The llmapi route's differences, when the spec picks it (plan.llmapi_route says each)."""
-    warnings, notes = llmapi_route(spec)
+def _check_route(route: Route) -> list[CheckRow]:
+    """The route's own warnings and notes (the engine route's: the engines' input length), in rows
+    named after it."""
 
-    def row(status: str, text: str) -> CheckRow:  # the row's name already says "llmapi route"
-        return CheckRow("llmapi route", status, text.removeprefix("llmapi route: ").removeprefix("llmapi route, "))
+    def row(status: str, text: str) -> CheckRow:  # the row's name already says the route
+        return CheckRow(route.label, status, text.removeprefix(f"{route.label}: ").removeprefix(f"{route.label}, "))
 
-    return [row(WARN, w) for w in warnings] + [row(OK, n) for n in notes]
+    return [row(WARN, w) for w in route.warnings] + [row(OK, n) for n in route.notes]
 
 
 def _positions_needed(spec: Spec, role: str) -> int:

@@ -25,13 +25,14 @@ from typing import ClassVar
 
 from trt_spec.errors import RepositoryError
 from trt_spec.layout import engine_dir
-from trt_spec.plan import Plan
+from trt_spec.plan import Plan, Route, engine_route
 from trt_spec.plan.projection import DEFAULT_ALPHA
 from trt_spec.repository import configs
 from trt_spec.repository.configs import EngineSettings, ModelConfig, RepositorySettings
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import Acceptance, StepCosts, alpha_of
 from trt_spec.runtime.tensors import ROLES
+from trt_spec.spec import Spec
 
 
 class Flavor:
@@ -89,6 +90,11 @@ class Flavor:
     def next_step(self, repo: Path) -> str:
         """What to run once the repository is written."""
         return f"trt-spec serve --repo {repo}"
+
+    def route(self, spec: Spec) -> Route:
+        """How this flavor takes the plan to a GPU, as ``plan`` and ``check`` say it (make_plan's
+        ``route``): the engine route unless the flavor builds no engines."""
+        return engine_route(spec)
 
     def check(self, plan: Plan, settings: RepositorySettings) -> list[str]:
         """Cross-check what was built for the spec before writing; notes for the caller to show.

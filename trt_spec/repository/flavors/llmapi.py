@@ -18,7 +18,7 @@ The repository it writes (docs/llmapi.md):
   ``triton_config``: decoupled, so it streams). Its ``model.py`` is upstream's and is not copied.
 
 No draft -> verify loop of ours runs here: TensorRT-LLM speculates inside its executor, with K fixed
-by ``max_draft_len`` (``plan.llmapi_route`` lists what else differs).
+by ``max_draft_len`` (:meth:`LlmApiFlavor.route` lists what else differs).
 """
 
 from __future__ import annotations
@@ -30,12 +30,15 @@ import yaml
 from google.protobuf import text_format
 
 from trt_spec.errors import NotDownloadedError, RepositoryError
-from trt_spec.plan import LLMAPI_FLAVOR, Plan, llmapi_route
+from trt_spec.plan import Plan, Route
 from trt_spec.repository import configs, llm_args
 from trt_spec.repository.configs import ModelConfig, RepositorySettings
 from trt_spec.repository.flavors import Flavor
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import DEFAULT_STEP_COSTS, StepCosts
+from trt_spec.spec import Spec
+
+LLMAPI_FLAVOR = "llmapi"
 
 OPTIONS_FILE = "trtllm-serve.yaml"
 COMMAND_FILE = "trtllm-serve.sh"
@@ -108,6 +111,33 @@ class LlmApiFlavor(Flavor):
     def next_step(self, repo: Path) -> str:
         return f"on a GPU machine with TensorRT-LLM, sh {repo}/{COMMAND_FILE} (or Triton on {repo})"
 
+    def route(self, spec: Spec) -> Route:
+        """What this route does differently from the engine route, so that ``check`` and ``plan``
+        say it before the user picks it. Sources: docs/llmapi.md (upstream's llm_args.py and
+        sampler, cited there)."""
+        k, tp = spec.num_draft_tokens, spec.target.tp_size
+        warnings = []
+        if spec.draft.tp_size != tp:
+            warnings.append(
+                f"llmapi route: the draft runs at the target's tp {tp}, not draft.tp_size {spec.draft.tp_size} "
+                "(TensorRT-LLM's PyTorch backend runs it with the target's parallel mapping); the memory plan "
+                f"still places it at tp {spec.draft.tp_size}"
+            )
+        notes = (
+            f"llmapi route: K is fixed at max_draft_len {k} for every request; a request's num_draft_tokens, "
+            "adaptive K and the K schedule by load are not available (TensorRT-LLM's PyTorch backend drafts "
+            "max_draft_len tokens per step)",
+            "llmapi route, acceptance: TensorRT-LLM 1.2.x (two-model draft-target) verifies greedy requests by "
+            "exact match and sampled ones by rejection sampling when the draft's logits are kept; 1.3+ runs "
+            "draft-target as one model and verifies non-greedy batches by exact match unless "
+            "use_rejection_sampling is true (prototype, needs FlashInfer), which trt-spec writes for acceptance: "
+            f"probabilistic (this spec: {spec.speculative.acceptance})",
+            f"llmapi route: tensor parallel {tp} for target and draft, no pipeline parallelism with speculation "
+            "(pipeline_parallel_size 1), overlap scheduler off (disable_overlap_scheduler: true, as upstream's "
+            "draft-target examples run)",
+        )
+        return Route("llmapi route", tuple(warnings), notes, builds_engines=False)
+
     def step_costs(self, plan: Plan) -> StepCosts:
         """Unused: no loop of ours runs on this route (TensorRT-LLM speculates with a fixed K)."""
         return DEFAULT_STEP_COSTS
@@ -144,7 +174,8 @@ class LlmApiFlavor(Flavor):
         }
 
     def check(self, plan: Plan, settings: RepositorySettings) -> list[str]:
-        warnings, notes = llmapi_route(plan.spec, LLMAPI_FLAVOR)
+        route = self.route(plan.spec)
+        warnings, notes = route.warnings, route.notes
         hub = [f"{role} {plan.spec.role(role).model}" for role in ("target", "draft") if _hub_only(plan, role)]
         if hub:
             notes = (
