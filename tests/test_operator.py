@@ -28,6 +28,13 @@ from trt_spec.bench.prompts import prompt_texts
 from trt_spec.client import SpecClient
 from trt_spec.repository.writer import write_repository
 from trt_spec.runtime import tensors as T
+from trt_spec.runtime.draining import (
+    DRAIN_FILE_ENV,
+    LOOP_CALL_PARAMETER,
+    LOOP_TOKEN_ENV,
+    DrainGate,
+    loop_call_parameters,
+)
 from trt_spec.serving.connections import RESERVED_DESCRIPTORS, connection_cap
 from trt_spec.serving.server import _process_state, _process_table, free_port, python_stubs
 from trt_spec.spec import load_spec
@@ -80,6 +87,24 @@ def _completion(port: int, prompt: str) -> str:
 def test_the_connection_cap_leaves_descriptors_for_the_rest():
     assert connection_cap(DESCRIPTOR_LIMIT) == DESCRIPTOR_LIMIT - RESERVED_DESCRIPTORS
     assert connection_cap(100) == 16  # never below a usable few
+
+
+def test_the_drain_gate_admits_only_the_loops_calls_once_the_drain_file_exists(tmp_path):
+    flag = tmp_path / "draining"
+    environ = {DRAIN_FILE_ENV: str(flag), LOOP_TOKEN_ENV: "secret"}
+    gate = DrainGate(T.TARGET, environ)
+    loop_call = json.dumps(loop_call_parameters(environ))
+    assert loop_call_parameters(environ) == {LOOP_CALL_PARAMETER: "secret"}
+    assert not gate.draining()
+    flag.touch()
+    assert gate.draining()
+    assert gate.admits(loop_call)
+    forged = json.dumps({LOOP_CALL_PARAMETER: "guess"})
+    assert not any(gate.admits(text) for text in ("", "{}", forged, "not json", '["x"]'))
+    assert gate.refusal().startswith(f"{T.TARGET}: the server is draining")
+    # Served by anything but serve: nothing to refuse, and the loop sends no parameter.
+    assert not DrainGate(T.TARGET, {}).draining() and DrainGate(T.TARGET, {}).admits("")
+    assert loop_call_parameters({}) == {}
 
 
 def test_1100_idle_connections_under_a_1024_descriptor_limit_take_nothing_down(serve, target):
@@ -181,11 +206,35 @@ def test_bad_values_are_one_400_and_nothing_on_stderr(serve, raw):
     assert (root / "serve.err").read_text() == before  # no traceback, no log line
 
 
+def _direct_engine_call(grpc_port: int, prompt: list[int]) -> str:
+    """A client's own call to the target engine model (as TensorRT-LLM's inflight_batcher_llm
+    client makes one): its output ids, or its error."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import np_to_triton_dtype
+
+    arrays = {
+        "input_ids": np.array([prompt], dtype=np.int32),
+        "input_lengths": np.array([[len(prompt)]], dtype=np.int32),
+        "request_output_len": np.array([[4]], dtype=np.int32),
+    }
+    inputs = []
+    for name, array in arrays.items():
+        inputs.append(grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype)))
+        inputs[-1].set_data_from_numpy(array)
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
+        try:
+            return f"served: {client.infer(T.TARGET, inputs).as_numpy('output_ids').tolist()}"
+        except grpcclient.InferenceServerException as exc:
+            return f"refused: {exc.status()} {exc.message()}"
+
+
 def test_sigterm_drains_six_streams_in_flight_then_stops(serve, target):
     # The last use of the module's server: SIGTERM ends it.
     process, ports, root = serve
     prompts = prompt_texts(6, 120)
     expected = [decode(target, greedy_reference(target, prompt, 120)) for prompt in prompts]
+    assert _direct_engine_call(ports["grpc"], [1, 2, 3]).startswith("served")  # before the drain: served
     texts: list[str | None] = [None] * 6
     first_tokens = threading.Barrier(7)
 
@@ -219,6 +268,9 @@ def test_sigterm_drains_six_streams_in_flight_then_stops(serve, target):
             list(client.generate("def f():", max_tokens=4))
     except Exception as exc:  # noqa: BLE001 - any refusal will do; it is printed
         refused = f"{type(exc).__name__}: {str(exc)[:100]}"
+    # A client's direct call to an engine model: refused, while the loop's calls for the six streams go on.
+    direct = _direct_engine_call(ports["grpc"], [1, 2, 3])
+    in_flight = sum(thread.is_alive() for thread in threads)
     for thread in threads:
         thread.join(timeout=60)
     streams_done_s = time.monotonic() - signalled
@@ -226,9 +278,13 @@ def test_sigterm_drains_six_streams_in_flight_then_stops(serve, target):
     exited_s = time.monotonic() - signalled
     print(
         f"SIGTERM with 6 streams in flight: not ready after {not_ready_s:.2f} s, a new request refused "
-        f"({refused}), the 6 streams done {streams_done_s:.1f} s and serve gone {exited_s:.1f} s after the signal"
+        f"({refused}), the 6 streams done {streams_done_s:.1f} s and serve gone {exited_s:.1f} s after the signal; "
+        f"a direct {T.TARGET} call with {in_flight} streams in flight: {direct}"
     )
     assert texts == expected  # all six complete, each the target's greedy text
+    assert in_flight > 0, "the streams ended before the direct call: it proves nothing"
+    assert direct.startswith("refused: StatusCode.UNAVAILABLE"), direct
+    assert f"{T.TARGET}: the server is draining (shutting down): new requests are refused" in direct
     assert not_ready_s is not None and not_ready_s < 1.0
     assert refused is not None
     assert "draining" in (root / "serve.err").read_text()

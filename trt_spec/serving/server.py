@@ -26,6 +26,12 @@ Triton 2.51):
 - **A bounded stop**: SIGTERM to the server, which waits ``exit_timeout_s`` for in-flight
   requests (``--exit-timeout-secs``; Triton's default is 30 s), then SIGKILL to the whole
   process group.
+- **No auto-complete stubs** (``--disable-auto-complete-config`` unless a ``model.py`` of the
+  repository defines ``auto_complete_config``): our configs are complete, and the python backend
+  would start one more stub per model load just to complete them (~5 s of a 15 s restart here).
+  A restart (a dead decoupled model) SIGKILLs the old server's process group at once.
+- **The drain flag** (:mod:`trt_spec.runtime.draining`): in the server's environment, so that our
+  python engine models refuse calls that are not the loop's once :meth:`TritonServer.drain` began.
 - **The log** (the server's and its stubs' stdout and stderr) goes to ``log_file`` when given,
   kept after the stop; otherwise to a temporary file removed with the server.
 """
@@ -48,10 +54,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trt_spec.errors import ServerError
+from trt_spec.runtime.draining import DRAIN_FILE_ENV, LOOP_TOKEN_ENV
 from trt_spec.serving.reaper import group_members
 from trt_spec.serving.trtllm import EngineModel, engine_models, orchestrator_command
 
@@ -65,9 +72,8 @@ RESTRICTABLE_APIS = ("shared-memory", "model-repository", "logging", "trace")
 ADMIN_HEADER = "trt-spec-admin-key"  # over gRPC Triton expects it as triton-grpc-protocol-<key>
 EXIT_TIMEOUT_S = 2  # --exit-timeout-secs: how long a stopping server waits for in-flight requests
 KILL_GRACE_S = 3.0  # after that, how long we wait for it to exit before SIGKILL
-RESTART_KILL_S = 1.0  # a restart does not drain: the requests in flight fail anyway
 # How long a supervisor's reload of one model may take before it restarts the server instead.
-# A reload takes 5-15 s here; past this the server is taken for hung: the python backend can
+# A reload takes 2-15 s here; past this the server is taken for hung: the python backend can
 # abort the whole server (boost::interprocess::lock_exception in ModelInstanceExecute) when a
 # request reaches the instance of a stub that was killed holding its shared-memory lock, and an
 # aborting tritonserver may hang instead of exiting.
@@ -251,6 +257,20 @@ def restriction_args(restricted: Iterable[str], admin_key: str) -> list[str]:
     return [f"--http-restricted-api={setting}", f"--grpc-restricted-protocol={setting}"]
 
 
+def completes_configs(repo: Path) -> bool:
+    """Whether a python model of ``repo`` defines ``auto_complete_config`` (upstream's llmapi model
+    does; ours write complete configs): only then does Triton need to auto-complete configs, which
+    the python backend does by launching one more stub per model load, before its instances
+    (triton-inference-server/python_backend src/python_be.cc, ``ModelState::Create``)."""
+    for model_file in repo.glob("*/*/model.py"):
+        try:
+            if "def auto_complete_config" in model_file.read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def server_command(
     repo: Path,
     *,
@@ -298,6 +318,10 @@ def server_command(
     ]
     if backends is not None:
         argv.append(f"--backend-directory={backends}")
+    if not engines and not completes_configs(repo):
+        # Every config is complete: no auto-complete stub per model load (a python process that
+        # imports model.py, ~5 s of a restart on 2 cores). Orchestrator mode adds the flag itself.
+        argv.append("--disable-auto-complete-config")
     if shm_prefix is not None:
         argv.append(f"--backend-config=python,shm-region-prefix-name={shm_prefix}")
     if admin_key is not None:
@@ -361,6 +385,7 @@ class TritonServer:
         self._lock = threading.Lock()  # one thread at a time starts or ends the server process
         self._stopping = threading.Event()
         self._decoupled: dict[str, bool] = {}
+        self.drain_file: Path | None = None  # exists while draining; None: the engine models cannot refuse
 
     @property
     def grpc_url(self) -> str:
@@ -417,6 +442,8 @@ class TritonServer:
             shm_prefix=self.shm_prefix,
             exit_timeout_s=self.exit_timeout_s,
         )
+        if not self.command.orchestrator:  # TensorRT-LLM's C++ engine models cannot refuse anything
+            self.command = replace(self.command, env={**self.command.env, **self._drain_env(self.command.workdir)})
         try:
             with self._lock:
                 self._launch()
@@ -425,6 +452,13 @@ class TritonServer:
             self.stop(keep_log=True)
             raise
         return self
+
+    def _drain_env(self, workdir: Path) -> dict[str, str]:
+        """What the python engine models need to refuse direct calls while :meth:`drain` runs
+        (:mod:`trt_spec.runtime.draining`): the drain flag file (absent until then), and the
+        token the loop's engine calls carry."""
+        self.drain_file = workdir / "draining"
+        return {DRAIN_FILE_ENV: str(self.drain_file), LOOP_TOKEN_ENV: secrets.token_hex(16)}
 
     def restart(self, reason: str) -> float:
         """Stop the server process and start it again on the same ports and log; returns the
@@ -438,7 +472,9 @@ class TritonServer:
         with self._lock:
             if self.stopping:
                 raise ServerError("the server is stopping; not restarted")
-            self._terminate(RESTART_KILL_S)
+            # No graceful stop: the requests in flight fail anyway (those of a dead decoupled model
+            # would wait forever), and SIGTERM's wait cost 1 s of every restart's outage.
+            self._terminate(0)
             self._remove_shared_memory()
             if self.stopping:  # stop() was called while the old process ended: start nothing
                 raise ServerError("the server is stopping; not restarted")
@@ -514,14 +550,14 @@ class TritonServer:
         SIGTERM to the leader only (tritonserver, or mpirun which forwards it): Triton then stops
         accepting, waits up to --exit-timeout-secs for in-flight requests and unloads its models.
         What is still alive after ``timeout_s`` (a server stuck on a dead stub) is SIGKILLed with
-        its whole group, as are stubs that outlive their server.
+        its whole group, as are stubs that outlive their server; ``timeout_s`` 0: at once (a restart).
         """
         process = self.process
         if process is None:
             return
         if timeout_s is None:
             timeout_s = self.exit_timeout_s + KILL_GRACE_S
-        if process.poll() is None:
+        if process.poll() is None and timeout_s > 0:
             try:
                 os.kill(process.pid, signal.SIGTERM)
                 process.wait(timeout=timeout_s)
@@ -600,7 +636,10 @@ class TritonServer:
     def drain(self, models: Iterable[str], timeout_s: float) -> list[str]:
         """Unload ``models`` (the clients' entry points) and wait until Triton has unloaded them,
         which it does once their requests in flight are done: new requests to them are refused at
-        once and readiness says not ready. Returns those still busy after ``timeout_s``."""
+        once and readiness says not ready. First the drain flag: from then on the python engine
+        models refuse calls that are not the loop's. Returns those still busy after ``timeout_s``."""
+        if self.drain_file is not None:
+            self.drain_file.touch()
         states = self.repository_index()
         draining = [name for name in models if states.get(name) == "READY"]
         for name in draining:

@@ -46,7 +46,7 @@ if (_HERE / "trt_spec").is_dir():
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from trt_spec.runtime import bls  # noqa: E402
+from trt_spec.runtime import bls, draining  # noqa: E402
 from trt_spec.runtime import tensors as T  # noqa: E402
 from trt_spec.runtime.errors import GenerationParamsError  # noqa: E402
 from trt_spec.runtime.parameters import LoopParameters  # noqa: E402
@@ -69,12 +69,15 @@ class TritonEngineClient:
 
     def __init__(self):
         self.active = 0  # generation requests running in this model instance
+        # This server's token, so that the engine models serve these calls while `serve` drains.
+        self.parameters = draining.loop_call_parameters()
 
     async def infer(self, model, inputs, outputs):
         request = pb_utils.InferenceRequest(
             model_name=model,
             inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
             requested_output_names=list(outputs),
+            parameters=self.parameters,
         )
         if self.active <= 1:
             await asyncio.sleep(0)  # let arrivals (a new request, a relayed cancellation) start

@@ -25,6 +25,7 @@ if (_HERE / "trt_spec").is_dir():
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
+from trt_spec.runtime.draining import DrainGate  # noqa: E402
 from trt_spec.runtime.trtllm_emulator import BackendError, BatchItem, EngineFacts, TrtllmBackendEmulator  # noqa: E402
 
 # Intra-op threads per engine model: a request keeps one engine busy at a time, and the server's
@@ -40,6 +41,8 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.name = config.get("name", "tensorrt_llm")
         self.logger = pb_utils.Logger
+        # Not the backend's: while `trt-spec serve` drains, only the loop's calls are served (draining.py).
+        self.gate = DrainGate(self.name)
         engine = EngineFacts.from_json(json.loads((_HERE / EngineFacts.FILE).read_text()))
         try:
             self.backend = TrtllmBackendEmulator.load(config, engine)
@@ -63,9 +66,14 @@ class TritonPythonModel:
         would run them in the same steps."""
         responses = [None] * len(requests)
         batch, places = [], []
+        draining = self.gate.draining()
         for index, request in enumerate(requests):
             if request.is_cancelled():
                 error = pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED)
+                responses[index] = pb_utils.InferenceResponse(error=error)
+                continue
+            if draining and not self.gate.admits(request.parameters()):
+                error = pb_utils.TritonError(self.gate.refusal(), pb_utils.TritonError.UNAVAILABLE)
                 responses[index] = pb_utils.InferenceResponse(error=error)
                 continue
             inputs = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}

@@ -21,6 +21,7 @@ if (_HERE / "trt_spec").is_dir():
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
+from trt_spec.runtime.draining import DrainGate  # noqa: E402
 from trt_spec.runtime.parameters import TorchEngineParameters  # noqa: E402
 from trt_spec.runtime.twin_engine import EngineRequestError, TwinEngine  # noqa: E402
 
@@ -34,6 +35,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         parameters = TorchEngineParameters.from_config(config)
         self.name = config["name"]
+        self.gate = DrainGate(self.name)  # while serve drains, only the loop's calls are served
         if parameters.torch_threads > 0:
             torch.set_num_threads(parameters.torch_threads)
         engine = TorchCausalLM.from_pretrained(parameters.hf_model_dir)
@@ -74,7 +76,12 @@ class TritonPythonModel:
     def execute(self, requests):
         started = time.perf_counter()
         responses = []
+        draining = self.gate.draining()
         for request in requests:
+            if draining and not self.gate.admits(request.parameters()):
+                error = pb_utils.TritonError(self.gate.refusal(), pb_utils.TritonError.UNAVAILABLE)
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
             try:
                 inputs = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
                 outputs = self.engine.execute(inputs, request.request_id())
