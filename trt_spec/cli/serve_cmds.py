@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from trt_spec.cli.common import read_spec, read_tuning, spec_option, tuning_option
 from trt_spec.errors import ServerError
-from trt_spec.repository.flavors import FLAVORS
+from trt_spec.repository.flavors import FLAVORS, twin_route
 from trt_spec.serving.serve import OPENAI_EXTRA_HINT, ServeOptions, serve_repository
 from trt_spec.serving.server import DEFAULT_PORTS, RESTRICTABLE_APIS, parse_client_apis
 
@@ -59,14 +60,15 @@ from trt_spec.serving.server import DEFAULT_PORTS, RESTRICTABLE_APIS, parse_clie
     default=None,
     type=click.IntRange(1, 65535),
     help="Also serve an OpenAI-compatible HTTP endpoint (/v1/models, /v1/completions, /v1/chat/completions) "
-    f"on this port, in front of the ensemble (needs {OPENAI_EXTRA_HINT}).",
+    f"on this port, in front of the ensemble (needs {OPENAI_EXTRA_HINT}). An llmapi repository is always "
+    "served so, as trtllm-serve serves it (default port 8000, with /health and /metrics).",
 )
 @click.option("--openai-host", default=None, help="Address of the OpenAI endpoint. Default: --host.")
 @click.option(
     "--openai-model-name",
     default=None,
-    help="The model name the OpenAI endpoint serves. Default: the spec's name with --spec, else the repository "
-    "folder's name.",
+    help="The model name the OpenAI endpoint serves. Default: the spec's name with --spec; for an llmapi "
+    "repository, trtllm-serve's (the target checkpoint folder's name); else the repository folder's name.",
 )
 @click.option(
     "--log-file",
@@ -125,6 +127,12 @@ def serve(
     backend through an emulator of TensorRT-LLM's C++ backend, with the config as written; the
     engine-directory and version checks and orchestrator mode do not apply.
 
+    An llmapi-flavor repository (trtllm-serve.yaml) is served as trtllm-serve would serve it, on the
+    PyTorch twin: the options are validated as the LLM API reads them (an unknown key is refused by
+    name), a torch-flavor twin is written into a temporary directory and served by Triton on
+    127.0.0.1 (free ports unless given), and the OpenAI endpoint listens on trtllm-serve's port 8000
+    (or --openai-port) with /health and /metrics (docs/llmapi.md says what differs).
+
     With --openai-port, an OpenAI-compatible endpoint (FastAPI + uvicorn, in this process) starts
     once Triton is ready, translating each HTTP request into one streaming gRPC request to the
     ensemble; the `ready` line then ends with `openai=http://HOST:PORT/v1`. It stops with Triton.
@@ -141,6 +149,7 @@ def serve(
       trt-spec serve --repo model_repo
       trt-spec serve --repo model_repo --openai-port 8080
       trt-spec serve --repo model_repo --emulate-tensorrtllm --spec examples/pystdlib-demo.yaml
+      trt-spec serve --repo llmapi_repo            # an llmapi repository: OpenAI API on port 8000
     """
     if len({grpc_port, http_port, metrics_port}) != 3:
         raise click.UsageError(
@@ -158,6 +167,14 @@ def serve(
     if spec_path is not None and not emulate_tensorrtllm:
         raise click.UsageError(
             "--spec is only read with --emulate-tensorrtllm: add --emulate-tensorrtllm, or drop --spec"
+        )
+    if not emulate_tensorrtllm and twin_route(Path(repo)) is not None:
+        # The route's own server (trtllm-serve) opens only its OpenAI port: Triton behind the twin is
+        # internal, on free ports unless given.
+        source = click.get_current_context().get_parameter_source
+        grpc_port, http_port, metrics_port = (
+            port if source(name) is ParameterSource.COMMANDLINE else 0
+            for name, port in (("grpc_port", grpc_port), ("http_port", http_port), ("metrics_port", metrics_port))
         )
     openai_host = openai_host or host
     if openai_port is not None:

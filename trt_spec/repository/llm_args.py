@@ -162,6 +162,10 @@ class _LlmOptions(_Strict):
     kv_cache_config: KvCacheConfig
     cuda_graph_config: CudaGraphConfig | None = None
     disable_overlap_scheduler: bool = False
+    # TorchLlmArgs (both lines; default false, "prototype" on 1.3+): trtllm-serve's /metrics reports
+    # iteration statistics only with it (tensorrt_llm/serve/openai_server.py get_iteration_stats).
+    # Not written by the flavor; read by `serve`'s twin of the route.
+    enable_iter_perf_stats: bool = False
     speculative_config: _DraftTargetConfig
 
     @model_validator(mode="after")

@@ -45,7 +45,9 @@ What TensorRT-LLM 1.2.x's backend and its external-draft-tokens layer do, and wh
   (``externalDraftTokensKernels.cu``, ``acceptDraftTokensKernel`` and the layer's
   ``multinomialSampling``), which biases sampled output toward the draft token: a sampled
   request on engines without generation logits is decoded plainly (K = 0); greedy requests
-  (exact token matching) speculate as usual. The loop model's config
+  (exact token matching) speculate as usual. Unless ``sampled_token_match`` is set: the target
+  engine keeps its own sample (the torch flavor's twin, serving an llmapi route whose TensorRT-LLM
+  1.3+ verifies sampled drafts by exact match), so sampled requests speculate too. The loop model's config
 parameters are :class:`~trt_spec.runtime.parameters.LoopParameters` (``settings`` below). We never send
 ``draft_acceptance_threshold``: a threshold makes acceptance inexact. Each engine call gets its
 own seed derived from the request's (:func:`~trt_spec.runtime.loop.call_seed`); a request
@@ -175,7 +177,7 @@ def _read_prompt(inputs: Mapping[str, np.ndarray], settings: LoopParameters, row
             f"got {num_draft_tokens}"
         )
     temperature = float(_required_value(inputs, T.ENGINE_TEMPERATURE.name))
-    if temperature != GREEDY_TEMPERATURE and not settings.use_draft_logits:
+    if temperature != GREEDY_TEMPERATURE and not settings.use_draft_logits and not settings.sampled_token_match:
         num_draft_tokens = PLAIN_DECODING  # token matching is not exact on the engines (docstring)
     adaptive = _value(inputs, T.ADAPTIVE_DRAFT.name)
     adaptive = settings.adaptive_draft if adaptive is None else bool(adaptive)

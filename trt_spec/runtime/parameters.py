@@ -174,6 +174,12 @@ class LoopParameters(ModelParameters):
     # Adaptive K's starting acceptance (StepCosts.prior_alpha, measured on the user's prompts);
     # NO_PRIOR_ALPHA (negative) = none: an uninformed start.
     prior_alpha: float = NO_PRIOR_ALPHA
+    # Without use_draft_logits, sampled requests still speculate, verified by token matching (the
+    # target's own sample at each position; exact in distribution where the target engine draws every
+    # position from its distribution: the torch flavor's twin, as TensorRT-LLM's PyTorch backend does
+    # on the llmapi route). False: they decode plainly (K = 0), as on TensorRT-LLM's C++ engines, whose
+    # token matching is biased (bls.py). Only `serve`'s twin of an llmapi route sets it.
+    sampled_token_match: bool = False
 
     def __post_init__(self) -> None:
         model = " / ".join(self.MODELS)

@@ -65,9 +65,14 @@ def serve_repository(options: ServeOptions, *, say: Say, ready: Say) -> None:
             supervision ended (the server exited, or its models crashed in a loop).
         TrtSpecError: the engine models or their engines cannot be served (names what to fix).
     """
-    if options.openai_port is not None:
+    twin = None
+    if options.emulate_spec is None:
+        from trt_spec.repository.flavors import twin_route
+
+        twin = twin_route(options.repo)  # a route whose own server is not Triton: served on the PyTorch twin
+    if options.openai_port is not None or twin is not None:
         require_openai()
-    if options.emulate_spec is None:  # emulated: the backend emulator checks the engine models' configs itself
+    if options.emulate_spec is None and twin is None:  # emulated: the emulator checks the engine models' configs
         engines = engine_models(options.repo)
         require_engine_server(options.repo, engines)
         compare_versions = not options.skip_version_check
@@ -88,12 +93,19 @@ def serve_repository(options: ServeOptions, *, say: Say, ready: Say) -> None:
                 "(the spec's checkpoints in the backend emulator); engine directories, versions and orchestrator "
                 "mode are not checked"
             )
+        add_routes = None
+        if twin is not None:
+            from trt_spec.serving.llmapi_route import twin_serving
+
+            workdir = Path(tempfile.mkdtemp(prefix="trt-spec-twin-"))
+            serving = twin_serving(twin, options, workdir, say)
+            served, options, add_routes = serving.repo, serving.options, serving.add_routes
         openai = None
         if options.openai_port is not None:
             name = options.openai_model_name or (
                 load_spec(options.emulate_spec).name if options.emulate_spec else options.repo.resolve().name
             )
-            openai = _OpenAIEndpoint(served, name, options.openai_host, options.openai_port)
+            openai = _OpenAIEndpoint(served, name, options.openai_host, options.openai_port, add_routes)
         log_path = options.log_file or default_log_file(options.repo)
         say(f"log: {log_path.resolve()}")
         run.serve(
@@ -146,20 +158,26 @@ def require_openai() -> None:
 class _OpenAIEndpoint:
     """What --openai-port starts once Triton is ready (the module is imported only then)."""
 
-    def __init__(self, repo: Path, model_name: str, host: str, port: int):
+    def __init__(
+        self, repo: Path, model_name: str, host: str, port: int, add_routes: Callable[[Any, Any], None] | None = None
+    ):
         self.repo, self.model_name, self.host, self.port = repo, model_name, host, port
+        self.add_routes = add_routes  # (app, triton): routes beyond the endpoint's own (a twin route's /metrics)
 
     def start(self, triton: TritonServer, drain_timeout_s: float) -> OpenAIServer:
         from trt_spec.serving.openai import OpenAIServer, tokenizer_dir_of
 
-        return OpenAIServer(
+        server = OpenAIServer(
             triton.grpc_url,
             tokenizer_dir_of(self.repo),
             self.model_name,
             host=self.host,
             port=self.port,
             drain_timeout_s=max(drain_timeout_s, 1.0),
-        ).start()
+        )
+        if self.add_routes is not None:
+            self.add_routes(server.app, triton)
+        return server.start()
 
 
 class _Stop(BaseException):

@@ -20,6 +20,7 @@ import dataclasses
 import importlib
 import pkgutil
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -35,6 +36,25 @@ from trt_spec.runtime.tensors import ROLES
 from trt_spec.spec import Spec
 
 
+@dataclass(frozen=True)
+class TwinRoute:
+    """A repository whose own server is not Triton (the llmapi flavor's ``trtllm-serve``), read back as
+    that server would read it, for ``serve`` to run on the PyTorch twin: a torch-flavor repository
+    written from ``spec``, behind the OpenAI endpoint that server would open."""
+
+    flavor: str  # the flavor that read it
+    spec: Spec  # the pair, K and the limits, for the torch flavor
+    sampled_verification: str  # how sampled drafts are verified: "rejection_sampling" | "token_match"
+    server: str  # the route's own server, as it would run (e.g. "trtllm-serve, TensorRT-LLM 1.3+")
+    model_name: str  # the name that server serves the model as (/v1/models)
+    port: int  # that server's port
+    iteration_stats: bool  # its /metrics reports iteration statistics
+    notes: tuple[str, ...] = ()  # what the twin does differently, for `serve` to say
+
+
+SAMPLED_VERIFICATIONS = ("rejection_sampling", "token_match")
+
+
 class Flavor:
     """One way to run the engines. Subclasses set the class attributes and the engine config."""
 
@@ -48,6 +68,12 @@ class Flavor:
     # measured step costs apply to it; a GPU flavor keeps its projected ones.
     uses_measured_step_costs: ClassVar[bool] = False
     takes_trtllm_version: ClassVar[bool] = False  # files() depend on the TensorRT-LLM release line
+    # How a deployment runs this flavor's repository (``trt-spec k8s``: trt_spec/deploy keys its server
+    # container, image, probes and autoscaling by it): "tritonserver" (NVIDIA's Triton TensorRT-LLM
+    # container, orchestrator mode), "trt-spec-serve" (`trt-spec serve` in the trt-spec image),
+    # "trtllm-serve" (TensorRT-LLM's release container).
+    launcher: ClassVar[str] = "trt-spec-serve"
+    needs_gpus: ClassVar[bool] = False  # a deployment asks for the plan's GPUs (else it runs on CPU)
 
     def step_costs(self, plan: Plan) -> StepCosts:
         """Adaptive K's fixed step costs on this flavor's hardware (fixed: runtime/costs.py says why)."""
@@ -108,6 +134,16 @@ class Flavor:
         """What to tell the user about the written repository."""
         return []
 
+    def twin_route(self, repo: Path) -> TwinRoute | None:
+        """``repo`` read as a repository of this flavor that ``serve`` runs on the PyTorch twin
+        instead of as written (its own server is not Triton); None: not one (Triton serves it as
+        written). Cheap when it is not one.
+
+        Raises:
+            RepositoryError: it is one, and its files would be refused (names the file and the key).
+        """
+        return None
+
 
 def _discover() -> dict[str, Flavor]:
     found: dict[str, Flavor] = {}
@@ -121,6 +157,20 @@ def _discover() -> dict[str, Flavor]:
 FLAVORS: dict[str, Flavor] = _discover()
 # What a repository's root may hold besides its models: every flavor's root files.
 ROOT_FILES: tuple[str, ...] = tuple(sorted({name for flavor in FLAVORS.values() for name in flavor.root_files}))
+
+
+def twin_route(repo: str | Path) -> TwinRoute | None:
+    """The twin ``serve`` runs for ``repo`` (:meth:`Flavor.twin_route`), asked of every flavor;
+    None: Triton serves the repository as written.
+
+    Raises:
+        RepositoryError: a flavor's repository whose files would be refused.
+    """
+    for flavor in FLAVORS.values():
+        route = flavor.twin_route(Path(repo))
+        if route is not None:
+            return route
+    return None
 
 
 def get(name: str) -> Flavor:

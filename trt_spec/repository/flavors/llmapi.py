@@ -33,7 +33,7 @@ from trt_spec.errors import NotDownloadedError, RepositoryError
 from trt_spec.plan import Plan, Route
 from trt_spec.repository import configs, llm_args
 from trt_spec.repository.configs import ModelConfig, RepositorySettings
-from trt_spec.repository.flavors import Flavor
+from trt_spec.repository.flavors import Flavor, TwinRoute
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import DEFAULT_STEP_COSTS, StepCosts
 from trt_spec.spec import Spec
@@ -107,6 +107,8 @@ class LlmApiFlavor(Flavor):
     needs_tokenizer = False  # the LLM API reads the tokenizer from the target's checkpoint
     root_files = (OPTIONS_FILE, COMMAND_FILE)
     takes_trtllm_version = True
+    launcher = "trtllm-serve"  # TensorRT-LLM's release container (trt_spec/deploy)
+    needs_gpus = True
 
     def next_step(self, repo: Path) -> str:
         return f"on a GPU machine with TensorRT-LLM, sh {repo}/{COMMAND_FILE} (or Triton on {repo})"
@@ -185,6 +187,15 @@ class LlmApiFlavor(Flavor):
                 "name the downloaded snapshot",
             )
         return [*warnings, *notes]
+
+    def twin_route(self, repo: Path) -> TwinRoute | None:
+        """A repository with ``trtllm-serve.yaml``, read as trtllm-serve would read it, for ``serve``
+        to run on the PyTorch twin (:mod:`trt_spec.repository.llmapi_twin`)."""
+        if not (repo / OPTIONS_FILE).is_file():
+            return None
+        from trt_spec.repository.llmapi_twin import read_route
+
+        return read_route(repo)
 
     def notes(self, settings: RepositorySettings, repo: Path) -> list[str]:
         return [

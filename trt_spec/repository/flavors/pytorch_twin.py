@@ -22,6 +22,7 @@ class TorchFlavor(Flavor):
     summary = "the PyTorch twin of both checkpoints in Triton python models (CPU, or CUDA when present)"
     needs_draft_checkpoint = True
     engine_source = "torch_engine"  # both engine models share one source; their config's `role` tells them apart
+    launcher = "trt-spec-serve"  # `trt-spec serve` on CPU in the trt-spec image (trt_spec/deploy)
 
     def step_costs(self, plan: Plan) -> StepCosts:
         """t_d / t_1 as the draft's streamed parameters over the target's, and the twin's measured

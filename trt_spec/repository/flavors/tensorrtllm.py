@@ -29,6 +29,8 @@ LOGITS_DTYPE = "float32"
 class TrtllmFlavor(Flavor):
     name = "tensorrtllm"
     summary = "TensorRT-LLM 1.2.x engines in its C++ Triton backend, on the spec's GPUs"
+    launcher = "tritonserver"  # NVIDIA's Triton TensorRT-LLM container (trt_spec/deploy)
+    needs_gpus = True
 
     def step_costs(self, plan: Plan) -> StepCosts:
         """The projection's memory-bandwidth step model on the spec's GPU at the spec's K."""
