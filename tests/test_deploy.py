@@ -5,7 +5,9 @@ mistyped field fails). Custom resources (PodMonitor, PrometheusRule): against pr
 published CRD schemas vendored in tests/data/crds/ (provenance in each file), unknown fields
 refused as the API server's strict field validation would. Cross-references (trt_spec.deploy.checks),
 each with a negative control. `kubectl kustomize` renders the same objects. The repository written
-for the pod points its engines (and the torch flavor's checkpoints) at the mounted volume.
+for the pod points its engines (and the torch and llmapi flavors' checkpoints) at the mounted volume.
+Three flavors: tensorrtllm (Triton on GPUs), torch (CPU) and llmapi (trtllm-serve on GPUs, with and
+without the Prometheus metrics its autoscaling needs).
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import yaml
 from click.testing import CliRunner
 
 from trt_spec.cli import main
-from trt_spec.deploy import checks, manifests
+from trt_spec.deploy import checks, images, manifests
 from trt_spec.deploy.images import GPU_PRODUCT_LABEL, GPU_PRODUCTS
-from trt_spec.deploy.repository import write_mounted_repository
+from trt_spec.deploy.repository import PERF_METRICS_KEY, write_mounted_repository
 from trt_spec.plan import make_plan
-from trt_spec.repository import configs
+from trt_spec.repository import configs, llm_args
+from trt_spec.repository.flavors import FLAVORS
+from trt_spec.repository.flavors.llmapi import MODEL_YAML, OPTIONS_FILE
 from trt_spec.repository.writer import write_repository
 from trt_spec.serving.trtllm import engine_models
 from trt_spec.spec import load_spec
@@ -47,23 +51,59 @@ CRD_SCHEMAS = {
 KUBECTL = shutil.which("kubectl") or ("/usr/bin/kubectl" if Path("/usr/bin/kubectl").is_file() else None)
 
 
-@pytest.fixture(scope="module")
-def plans():
-    return {"trtllm": make_plan(load_spec(GPU_SPEC)), "torch": make_plan(load_spec(CPU_SPEC))}
+KEYS = ("trtllm", "torch", "llmapi", "llmapi-hpa")
 
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory, plans):
-    """Both specs' kustomizations written by the command (the GPU one with the OpenAI sidecar)."""
+def llmapi_spec(tmp_path_factory):
+    """The GPU example with triton.flavor: llmapi (Hub ids: nothing local to resolve)."""
+    data = yaml.safe_load(GPU_SPEC.read_text())
+    data["triton"] = {"flavor": "llmapi"}
+    path = tmp_path_factory.mktemp("spec") / "llmapi.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def plans(llmapi_spec):
+    llmapi = make_plan(load_spec(llmapi_spec))
+    return {
+        "trtllm": make_plan(load_spec(GPU_SPEC)),
+        "torch": make_plan(load_spec(CPU_SPEC)),
+        "llmapi": llmapi,
+        "llmapi-hpa": llmapi,
+    }
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory, llmapi_spec):
+    """The specs' kustomizations written by the command: the tensorrtllm one with the OpenAI sidecar,
+    the torch and llmapi ones with their repositories; llmapi-hpa from a copy of the llmapi repository
+    whose options set return_perf_metrics (so trtllm-serve serves metrics to scale on), with --openai."""
     out = tmp_path_factory.mktemp("k8s")
     runner = CliRunner()
     for key, spec, extra in (
         ("trtllm", GPU_SPEC, ["--openai"]),
         ("torch", CPU_SPEC, ["--write-repo", str(out / "torch-repo")]),
+        ("llmapi", llmapi_spec, ["--write-repo", str(out / "llmapi-repo")]),
     ):
         result = runner.invoke(main, ["k8s", "--spec", str(spec), "-o", str(out / key), *extra])
         assert result.exit_code == 0, result.output
+    shutil.copytree(out / "llmapi-repo", out / "llmapi-hpa-repo")
+    with (out / "llmapi-hpa-repo" / OPTIONS_FILE).open("a") as options:
+        options.write(f"{PERF_METRICS_KEY}: true\n")
+    result = runner.invoke(
+        main,
+        ["k8s", "--spec", str(llmapi_spec), "-o", str(out / "llmapi-hpa"), "--repo", str(out / "llmapi-hpa-repo")]
+        + ["--openai"],
+    )
+    assert result.exit_code == 0, result.output
     return out
+
+
+def _options(key):
+    """The DeployOptions the command used for ``key``."""
+    return manifests.DeployOptions(openai=key in ("trtllm", "llmapi-hpa"), perf_metrics=key == "llmapi-hpa")
 
 
 def _objects(written, key):
@@ -105,20 +145,17 @@ def _crd_errors(obj) -> list[str]:
 # --- the command writes both sets -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key", ["trtllm", "torch"])
+@pytest.mark.parametrize("key", KEYS)
 def test_written_objects_are_the_built_ones(written, plans, key):
-    deployment = manifests.build(plans[key], manifests.DeployOptions(openai=key == "trtllm"))  # the command's defaults
+    deployment = manifests.build(plans[key], _options(key))  # the command's defaults
     assert _objects(written, key) == deployment.objects
     kinds = [obj["kind"] for obj in deployment.objects]
-    assert kinds == [
-        "Deployment",
-        "Service",
-        "PodDisruptionBudget",
-        "HorizontalPodAutoscaler",
-        "PodMonitor",
-        "PrometheusRule",
-        "ConfigMap",
-    ]
+    assert kinds[:3] == ["Deployment", "Service", "PodDisruptionBudget"]
+    if key == "llmapi":  # no metrics to scale on: no autoscaling, and the note says why
+        assert kinds == ["Deployment", "Service", "PodDisruptionBudget"]
+        assert any("return_perf_metrics" in note for note in deployment.notes)
+    else:
+        assert kinds[3:] == ["HorizontalPodAutoscaler", "PodMonitor", "PrometheusRule", "ConfigMap"]
 
 
 def test_rewrite_keeps_the_admin_key(tmp_path, plans):
@@ -135,18 +172,19 @@ def test_rewrite_keeps_the_admin_key(tmp_path, plans):
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
-@pytest.mark.parametrize("key", ["trtllm", "torch"])
+@pytest.mark.parametrize("key", KEYS)
 def test_core_objects_pass_strict_validation(written, key, version):
     core = [obj for obj in _objects(written, key) if obj["kind"] in CORE_KINDS]
-    assert len(core) == 5
+    assert len(core) == (3 if key == "llmapi" else 5)
     for obj in core:
         assert _strict_errors(obj, version) is None, (obj["kind"], _strict_errors(obj, version))
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
-def test_strict_validation_refuses_a_changed_field(written, version):
+@pytest.mark.parametrize("key", ["trtllm", "llmapi"])
+def test_strict_validation_refuses_a_changed_field(written, version, key):
     """Negative control: a field Kubernetes does not know, and a wrongly typed one, fail."""
-    deployment = next(obj for obj in _objects(written, "trtllm") if obj["kind"] == "Deployment")
+    deployment = next(obj for obj in _objects(written, key) if obj["kind"] == "Deployment")
     unknown = copy.deepcopy(deployment)
     unknown["spec"]["template"]["spec"]["containers"][0]["startupProbe"]["initialDelay"] = 5
     assert _strict_errors(unknown, version)
@@ -155,7 +193,7 @@ def test_strict_validation_refuses_a_changed_field(written, version):
     assert _strict_errors(mistyped, version)
 
 
-@pytest.mark.parametrize("key", ["trtllm", "torch"])
+@pytest.mark.parametrize("key", ["trtllm", "torch", "llmapi-hpa"])
 def test_custom_resources_match_their_published_schemas(written, key):
     crs = [obj for obj in _objects(written, key) if obj["kind"] in CRD_SCHEMAS]
     assert sorted(obj["kind"] for obj in crs) == ["PodMonitor", "PrometheusRule"]
@@ -180,7 +218,7 @@ def test_crd_validation_refuses_bad_fields(written):
 # --- cross-references, each with a negative control -----------------------------------------------
 
 
-@pytest.mark.parametrize("key", ["trtllm", "torch"])
+@pytest.mark.parametrize("key", KEYS)
 def test_cross_references_hold(written, plans, key):
     assert checks.cross_references(_objects(written, key), plans[key]) == []
 
@@ -195,8 +233,9 @@ def _pod(obj):
     return obj["spec"]["template"]["spec"]
 
 
-def test_probe_port_not_on_the_container_is_caught(written):
-    objects = _objects(written, "trtllm")
+@pytest.mark.parametrize("key", ["trtllm", "llmapi"])
+def test_probe_port_not_on_the_container_is_caught(written, key):
+    objects = _objects(written, key)
     assert checks.probe_ports(objects) == []
 
     def rename(obj):
@@ -205,8 +244,9 @@ def test_probe_port_not_on_the_container_is_caught(written):
     assert checks.probe_ports(_broken(objects, "Deployment", rename))
 
 
-def test_service_that_misses_the_pods_is_caught(written):
-    objects = _objects(written, "trtllm")
+@pytest.mark.parametrize("key", ["trtllm", "llmapi-hpa"])
+def test_service_that_misses_the_pods_is_caught(written, key):
+    objects = _objects(written, key)
     assert checks.service_selects_pods(objects) == []
 
     def retarget(obj):
@@ -220,8 +260,9 @@ def test_service_that_misses_the_pods_is_caught(written):
     assert checks.service_selects_pods(_broken(objects, "Service", wrong_port))
 
 
-def test_pdb_and_podmonitor_selectors_are_checked(written):
-    objects = _objects(written, "torch")
+@pytest.mark.parametrize("key", ["torch", "llmapi-hpa"])
+def test_pdb_and_podmonitor_selectors_are_checked(written, key):
+    objects = _objects(written, key)
     assert checks.selectors_select_pods(objects) == []
 
     def retarget(obj):
@@ -236,11 +277,14 @@ def test_pdb_and_podmonitor_selectors_are_checked(written):
     assert checks.selectors_select_pods(_broken(objects, "PodMonitor", port))
 
 
-def test_hpa_metric_is_the_recorded_one(written):
-    objects = _objects(written, "trtllm")
+@pytest.mark.parametrize(
+    ("key", "metric"), [("trtllm", manifests.QUEUE_COMPUTE_METRIC), ("llmapi-hpa", manifests.QUEUE_TIME_METRIC)]
+)
+def test_hpa_metric_is_the_recorded_one(written, key, metric):
+    objects = _objects(written, key)
     assert checks.hpa_metric(objects) == []
     hpa = next(obj for obj in objects if obj["kind"] == "HorizontalPodAutoscaler")
-    assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == manifests.QUEUE_COMPUTE_METRIC
+    assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == metric
 
     def rename_metric(obj):
         obj["spec"]["metrics"][0]["pods"]["metric"]["name"] = "triton:queue_compute:avg"
@@ -258,16 +302,42 @@ def test_hpa_metric_is_the_recorded_one(written):
     assert checks.hpa_metric(_broken(objects, "HorizontalPodAutoscaler", retarget))
 
 
-def test_engine_gpus_equal_the_plan(written, plans):
-    objects = _objects(written, "trtllm")
-    assert len(plans["trtllm"].memory.gpus) == 4
-    assert checks.gpu_count(objects, plans["trtllm"]) == []
+@pytest.mark.parametrize("key", ["trtllm", "llmapi"])
+def test_engine_gpus_equal_the_plan(written, plans, key):
+    objects = _objects(written, key)
+    assert len(plans[key].memory.gpus) == 4 == plans[key].spec.target.tp_size
+    assert checks.gpu_count(objects, plans[key]) == []
     assert checks.gpu_count(_objects(written, "torch"), plans["torch"]) == []
 
     def fewer(obj):
         _pod(obj)["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
 
-    assert checks.gpu_count(_broken(objects, "Deployment", fewer), plans["trtllm"])
+    assert checks.gpu_count(_broken(objects, "Deployment", fewer), plans[key])
+    # The torch flavor's CPU pods against a GPU flavor's plan: no GPUs asked for is caught too.
+    assert checks.gpu_count(_objects(written, "torch"), plans[key])
+
+
+def test_trtllm_serve_reads_its_files_from_the_volume(written):
+    objects = _objects(written, "llmapi")
+    assert checks.files_under_mounts(objects) == []
+
+    def elsewhere(obj):
+        args = _pod(obj)["containers"][0]["args"]
+        args[args.index("--extra_llm_api_options") + 1] = "/etc/trtllm/trtllm-serve.yaml"
+
+    problems = checks.files_under_mounts(_broken(objects, "Deployment", elsewhere))
+    assert len(problems) == 1 and "options file /etc/trtllm/trtllm-serve.yaml is under no volume" in problems[0]
+
+    def unmounted(obj):
+        _pod(obj)["containers"][0]["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+
+    assert len(checks.files_under_mounts(_broken(objects, "Deployment", unmounted))) == 2  # model and options
+
+    def no_options(obj):
+        args = _pod(obj)["containers"][0]["args"]
+        del args[args.index("--extra_llm_api_options") :]
+
+    assert "no options file" in checks.files_under_mounts(_broken(objects, "Deployment", no_options))[0]
 
 
 # --- what the objects say -------------------------------------------------------------------------
@@ -336,7 +406,7 @@ def test_hpa_target_is_an_option(tmp_path):
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
-@pytest.mark.parametrize("key", ["trtllm", "torch"])
+@pytest.mark.parametrize("key", KEYS)
 def test_kubectl_kustomize_renders_the_same_objects(written, key):
     rendered = subprocess.run(
         [KUBECTL, "kustomize", str(written / key)], capture_output=True, text=True, check=True, timeout=60
@@ -349,14 +419,14 @@ def test_kubectl_kustomize_renders_the_same_objects(written, key):
         return (obj["kind"], obj["metadata"]["name"])
 
     assert sorted(others, key=key_of) == sorted(_objects(written, key), key=key_of)
-    if key == "trtllm":
+    if key == "trtllm":  # only Triton in NVIDIA's image takes its admin key from a Secret
         (secret,) = secrets_
         assert secret["metadata"]["name"] == "llama70b-1b-admin"
         assert list(secret["data"]) == [manifests.ADMIN_SECRET_KEY]
         for version in K8S_VERSIONS:
             assert _strict_errors(secret, version) is None
     else:
-        assert secrets_ == []  # `serve` keeps its own admin key
+        assert secrets_ == []  # `serve` keeps its own admin key; trtllm-serve has no admin APIs
 
 
 # --- the repository on the volume -----------------------------------------------------------------
@@ -387,3 +457,117 @@ def test_torch_repository_points_at_the_mounted_checkpoints(written):
         config = configs.read_config(repo / model / "config.pbtxt")
         role = "target" if model == "tensorrt_llm" else "draft"
         assert config.parameters["hf_model_dir"].string_value == f"/models/checkpoints/{role}"
+
+
+# --- the llmapi flavor: trtllm-serve ----------------------------------------------------------------
+
+
+def test_llmapi_deployment_runs_trtllm_serve(written, plans):
+    objects = {obj["kind"]: obj for obj in _objects(written, "llmapi")}
+    pod = _pod(objects["Deployment"])
+    (server,) = pod["containers"]
+    assert server["image"] == images.TRTLLM_RELEASE_IMAGE.ref == "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"
+    argv = server["command"] + server["args"]
+    spec = plans["llmapi"].spec
+    # The target's checkpoint and the options file (1.2.x's flag) on the volume; the API on every address.
+    assert argv[:2] == ["trtllm-serve", "/models/checkpoints/target"]
+    assert argv[argv.index("--extra_llm_api_options") + 1] == f"/models/model_repo/{OPTIONS_FILE}"
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"
+    assert argv[argv.index("--tp_size") + 1] == str(spec.target.tp_size)
+    assert server["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    # Probes on /health at the container's own port, the startup budget covering the weights' load.
+    assert server["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert server[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    startup = server["startupProbe"]
+    budget = startup["periodSeconds"] * startup["failureThreshold"]
+    assert budget >= manifests.engine_bytes(plans["llmapi"]) / 250e6 + manifests.TRTLLM_SERVE_STARTUP_FIXED_S
+    # GPU nodes, /dev/shm for NCCL, rolling update keeping capacity, graceful termination, no Secret.
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][0]["values"] == list(GPU_PRODUCTS["h100"])
+    shm = next(volume for volume in pod["volumes"] if volume["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
+    assert objects["Deployment"]["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    assert pod["terminationGracePeriodSeconds"] == manifests.PRESTOP_SLEEP_S + 25 + manifests.STOP_MARGIN_S
+    assert server["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", str(manifests.PRESTOP_SLEEP_S)]
+    assert "secretGenerator" not in yaml.safe_load((written / "llmapi" / "kustomization.yaml").read_text())
+    assert [port["name"] for port in objects["Service"]["spec"]["ports"]] == ["http"]
+
+
+def test_llmapi_autoscaling_scrapes_trtllm_serve(written):
+    objects = {obj["kind"]: obj for obj in _objects(written, "llmapi-hpa")}
+    endpoint = objects["PodMonitor"]["spec"]["podMetricsEndpoints"][0]
+    assert (endpoint["port"], endpoint["path"]) == ("http", "/prometheus/metrics")
+    (rule,) = objects["PrometheusRule"]["spec"]["groups"][0]["rules"]
+    assert rule["record"] == manifests.QUEUE_TIME_METRIC
+    # Both names upstream has used for the queue-time histogram (unprefixed, then trtllm_).
+    assert '{__name__=~"(trtllm_)?request_queue_time_seconds_sum",pod=~"llama70b-1b-' in rule["expr"]
+    # --openai: the OpenAI API is trtllm-serve's own port, also on the Service's 9000.
+    openai = next(port for port in objects["Service"]["spec"]["ports"] if port["name"] == "openai")
+    assert (openai["port"], openai["targetPort"]) == (manifests.OPENAI_PORT, "http")
+
+
+def test_llmapi_repository_names_the_mounted_checkpoints(written, plans):
+    repo = written / "llmapi-repo"
+    deployment = manifests.build(plans["llmapi"])
+    assert deployment.trtllm_line == "1.2"
+    assert checks.repository(repo, deployment) == []
+    options = llm_args.validate_yaml(repo / OPTIONS_FILE, "1.2")
+    assert options.speculative_config.speculative_model == "/models/checkpoints/draft"
+    model_yaml = yaml.safe_load((repo / MODEL_YAML).read_text())
+    assert model_yaml["model"] == "/models/checkpoints/target"
+    llm_args.validate_yaml(repo / MODEL_YAML, "1.2", kind="model_yaml")
+    script = (repo / "trtllm-serve.sh").read_text()
+    assert "trtllm-serve /models/checkpoints/target" in script and "--extra_llm_api_options" in script
+
+
+def test_llmapi_repository_checks_catch_what_does_not_fit(tmp_path, written, plans, llmapi_spec):
+    deployment = manifests.build(plans["llmapi"])
+    # Negative control: the repository as `trt-spec repo` writes it (this machine's checkpoints, 1.3+ line).
+    local = write_repository(load_spec(llmapi_spec), tmp_path / "local", flavor="llmapi")
+    problems = checks.repository(local.path, deployment)
+    assert any("is not under the volume mounted at /models" in line for line in problems)
+    # A tp that is not the pod's GPU count, and a key the image's line refuses.
+    repo = tmp_path / "edited"
+    shutil.copytree(written / "llmapi-repo", repo)
+    options = yaml.safe_load((repo / OPTIONS_FILE).read_text())
+    options["tensor_parallel_size"] = 2
+    options["speculative_config"]["use_rejection_sampling"] = True  # 1.3+ only
+    (repo / OPTIONS_FILE).write_text(yaml.safe_dump(options))
+    problems = checks.repository(repo, deployment)
+    assert any("tensor_parallel_size 2, but the pod has 4 GPU(s)" in line for line in problems)
+    assert any("use_rejection_sampling" in line and "1.2.x" in line for line in problems)
+
+
+def test_llmapi_image_tag_picks_the_line(tmp_path, plans):
+    deployment = manifests.build(
+        plans["llmapi"], manifests.DeployOptions(image="nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc27")
+    )
+    assert (deployment.trtllm_version, deployment.trtllm_line) == ("1.3.0rc27", "1.3")
+    args = deployment.kind("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--config" in args and "--extra_llm_api_options" not in args
+    assert checks.files_under_mounts(deployment.objects) == []
+    assert manifests.image_trtllm_version("registry.local/trtllm:latest") is None
+    with pytest.raises(manifests.DeployError):
+        manifests.DeployOptions(trtllm_version="1.1")
+
+
+# --- the versions table and the flavor registry ------------------------------------------------------
+
+
+def test_every_flavor_has_a_launcher_and_an_image():
+    for flavor in FLAVORS.values():
+        assert flavor.launcher in manifests.SERVERS, flavor.name
+        assert flavor.launcher in images.SERVER_IMAGES, flavor.name
+    assert images.TRTLLM_IMAGE.ref.endswith(":26.07-trtllm-python-py3")
+    assert images.TRTLLM_IMAGE.trtllm_version == images.TRTLLM_RELEASE_IMAGE.trtllm_version == "1.2.1"
+    assert images.TRTLLM_RELEASE_IMAGE.ref.endswith(f":{images.TRTLLM_RELEASE_IMAGE.trtllm_version}")
+
+
+def test_deploy_compares_no_flavor_name():
+    """Issue 21's rule: deploy asks the Flavor objects (launcher, needs_gpus), it names no flavor."""
+    for path in (ROOT / "trt_spec" / "deploy").glob("*.py"):
+        text = path.read_text()
+        for name in FLAVORS:
+            assert f'flavor == "{name}"' not in text and f"flavor == '{name}'" not in text, path
+        assert "flavor ==" not in text and "flavor !=" not in text and "flavor not in (" not in text, path

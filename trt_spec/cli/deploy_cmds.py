@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 from trt_spec.cli.common import read_spec, spec_option
@@ -23,8 +25,9 @@ from trt_spec.errors import ServerError
 @click.option(
     "--image",
     default=None,
-    help="The server's image. Default: NVIDIA's Triton TensorRT-LLM container from the versions table "
-    "(tensorrtllm flavor; use the one your engines were built in), the trt-spec image (torch flavor).",
+    help="The server's image. Default, from the versions table: NVIDIA's Triton TensorRT-LLM container "
+    "(tensorrtllm flavor; use the one your engines were built in), TensorRT-LLM's release container (llmapi "
+    "flavor), the trt-spec image (torch flavor).",
 )
 @click.option(
     "--trt-spec-image",
@@ -54,8 +57,9 @@ from trt_spec.errors import ServerError
     "--hpa-target",
     default="1",
     show_default=True,
-    metavar="RATIO",
-    help="The queue/compute ratio per replica the autoscaler aims for (time queued over time computing).",
+    metavar="R",
+    help="What the autoscaler aims for per replica: Triton's queue/compute ratio (time queued over time computing; "
+    "tensorrtllm and torch flavors), or the mean seconds a request waited in trtllm-serve's queue (llmapi flavor).",
 )
 @click.option("--openai", is_flag=True, help="Also serve the OpenAI-compatible endpoint (port 9000).")
 @click.option(
@@ -79,6 +83,13 @@ from trt_spec.errors import ServerError
     type=click.FloatRange(min=1),
     metavar="MB/S",
     help="How fast a replica reads its engines from the volume: sets the startup probe's budget.",
+)
+@click.option(
+    "--trtllm-version",
+    default=None,
+    metavar="V",
+    help="llmapi flavor: the TensorRT-LLM release of the image (picks the options' line and flag). "
+    "Default: the image tag's version, else the versions table's.",
 )
 @click.option(
     "--repo",
@@ -109,29 +120,33 @@ def k8s(
     drain_timeout,
     allow_client_apis,
     load_throughput,
+    trtllm_version,
     repo,
     write_repo,
 ) -> None:
     """Write Kubernetes manifests for the spec's deployment: a kustomization (`kubectl apply -k DIR`).
 
-    A Deployment of Triton on the plan's GPUs (tensorrtllm flavor: NVIDIA's TensorRT-LLM container,
-    orchestrator mode; torch flavor: `trt-spec serve` on CPU), with probes sized to engine loading,
-    a rolling update that keeps capacity, a drain on termination and the admin APIs behind a header
-    from a Secret; a Service (gRPC, HTTP, metrics), a PodDisruptionBudget, and autoscaling on
-    Triton's queue/compute ratio: PodMonitor, PrometheusRule, prometheus-adapter rule, HPA.
+    A Deployment on the plan's GPUs (tensorrtllm flavor: Triton in NVIDIA's TensorRT-LLM container,
+    orchestrator mode; llmapi flavor: trtllm-serve in TensorRT-LLM's release container; torch flavor:
+    `trt-spec serve` on CPU), with probes sized to model loading, a rolling update that keeps
+    capacity, a drain on termination (Triton: the admin APIs behind a header from a Secret); a
+    Service, a PodDisruptionBudget, and autoscaling: PodMonitor, PrometheusRule, prometheus-adapter
+    rule, HPA on Triton's queue/compute ratio, or on trtllm-serve's request queue time when its
+    options set return_perf_metrics (else no autoscaling, and a note says so).
 
-    The pods read the repository and engines from a PersistentVolumeClaim mounted at --mount-path;
-    write the repository for it with --write-repo (or `trt-spec repo --engines-mount MOUNT/engines`).
-    See docs/deploy.md.
+    The pods read the repository and engines (or checkpoints) from a PersistentVolumeClaim mounted at
+    --mount-path; write the repository for it with --write-repo (or `trt-spec repo --engines-mount
+    MOUNT/engines`). See docs/deploy.md.
 
     \b
     Examples:
       trt-spec k8s --spec examples/llama70b-1b-4xh100.yaml -o k8s/llama70b --image nvcr.io/nvidia/tritonserver:<tag>
       trt-spec k8s --spec examples/pystdlib-demo.yaml -o k8s/demo --write-repo k8s/demo-repo
+      trt-spec k8s --spec llmapi-spec.yaml -o k8s/llmapi --write-repo k8s/llmapi-repo   # triton.flavor: llmapi
       kubectl apply -k k8s/llama70b
     """
     from trt_spec.deploy import checks, manifests
-    from trt_spec.deploy.repository import write_mounted_repository
+    from trt_spec.deploy.repository import perf_metrics_enabled, write_mounted_repository
     from trt_spec.plan import make_plan
     from trt_spec.serving.server import parse_client_apis
 
@@ -157,13 +172,17 @@ def k8s(
         drain_timeout_s=drain_timeout,
         client_apis=client_apis,
         load_throughput_mb_s=load_throughput,
+        trtllm_version=trtllm_version,
     )
     deployment = manifests.build(plan, options)
-    problems = checks.cross_references(deployment.objects, plan)
     if write_repo:
         result = write_mounted_repository(spec, deployment, write_repo)
         click.echo(f"wrote {result.path} ({result.flavor} flavor): copy it to the volume's model_repo/")
         repo = repo or str(result.path)
+    if repo and perf_metrics_enabled(repo):  # trtllm-serve will serve Prometheus metrics: scale on them
+        options = dataclasses.replace(options, perf_metrics=True)
+        deployment = manifests.build(plan, options)
+    problems = checks.cross_references(deployment.objects, plan)
     if repo:
         problems += checks.repository(repo, deployment)
     if problems:
@@ -179,7 +198,8 @@ def k8s(
     )
     if not repo:
         click.echo(
-            f"repository: {manifests.repo_command(spec_path, deployment)}, then copy it to the volume's model_repo/"
+            f"repository: add --write-repo DIR (it names the checkpoints under the mount too), or run "
+            f"{manifests.repo_command(spec_path, deployment)}; then copy it to the volume's model_repo/"
         )
     click.echo(f"next: kubectl apply -k {path}")
 

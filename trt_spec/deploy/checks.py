@@ -15,8 +15,10 @@ from typing import Any
 import yaml
 
 from trt_spec.deploy.manifests import DeployError, Deployment
+from trt_spec.deploy.repository import llmapi_files
 from trt_spec.plan import Plan
-from trt_spec.repository import configs
+from trt_spec.repository import configs, flavors
+from trt_spec.repository.flavors.llmapi import OPTIONS_FLAG
 from trt_spec.serving.trtllm import engine_models
 
 Obj = dict[str, Any]
@@ -28,6 +30,10 @@ def _one(objects: list[Obj], kind: str) -> Obj:
     if len(found) != 1:
         raise DeployError(f"expected one {kind}, found {len(found)}")
     return found[0]
+
+
+def _has(objects: list[Obj], kind: str) -> bool:
+    return any(obj.get("kind") == kind for obj in objects)
 
 
 def _pod_labels(objects: list[Obj]) -> dict[str, str]:
@@ -77,22 +83,23 @@ def service_selects_pods(objects: list[Obj]) -> list[str]:
 
 
 def selectors_select_pods(objects: list[Obj]) -> list[str]:
-    """The Deployment's own selector, the PodDisruptionBudget's and the PodMonitor's match the pods;
-    the PodMonitor scrapes a port the pods declare."""
+    """The Deployment's own selector, the PodDisruptionBudget's and the PodMonitor's (when there is
+    one) match the pods; the PodMonitor scrapes a port the pods declare."""
     labels = _pod_labels(objects)
     deployment = _one(objects, "Deployment")
     problems = []
+    monitors = [_one(objects, "PodMonitor")] if _has(objects, "PodMonitor") else []
     for kind, selector in (
         ("Deployment", deployment["spec"]["selector"].get("matchLabels") or {}),
         ("PodDisruptionBudget", _one(objects, "PodDisruptionBudget")["spec"]["selector"].get("matchLabels") or {}),
-        ("PodMonitor", _one(objects, "PodMonitor")["spec"]["selector"].get("matchLabels") or {}),
+        *(("PodMonitor", monitor["spec"]["selector"].get("matchLabels") or {}) for monitor in monitors),
     ):
         if not _selects(selector, labels):
             problems.append(f"{kind}: selector {selector} does not select the pods ({labels})")
     names = {
         port.get("name") for c in deployment["spec"]["template"]["spec"]["containers"] for port in c.get("ports", [])
     }
-    for endpoint in _one(objects, "PodMonitor")["spec"]["podMetricsEndpoints"]:
+    for endpoint in (e for monitor in monitors for e in monitor["spec"]["podMetricsEndpoints"]):
         if endpoint.get("port") not in names:
             problems.append(f"PodMonitor: port {endpoint.get('port')!r} is no container port of the pods")
     return problems
@@ -100,7 +107,9 @@ def selectors_select_pods(objects: list[Obj]) -> list[str]:
 
 def hpa_metric(objects: list[Obj]) -> list[str]:
     """The HPA scales the Deployment on the metric the adapter exposes, which is the series the
-    PrometheusRule records."""
+    PrometheusRule records (a deployment without an HPA has nothing to check)."""
+    if not _has(objects, "HorizontalPodAutoscaler"):
+        return []
     hpa = _one(objects, "HorizontalPodAutoscaler")
     deployment = _one(objects, "Deployment")
     rule = _one(objects, "PrometheusRule")
@@ -131,14 +140,39 @@ def hpa_metric(objects: list[Obj]) -> list[str]:
 
 
 def gpu_count(objects: list[Obj], plan: Plan) -> list[str]:
-    """The pod asks for exactly the GPUs the plan puts the target and draft on (none for the torch flavor)."""
+    """The pod asks for exactly the GPUs the plan puts the target and draft on (none for a flavor
+    that does not need GPUs: ``Flavor.needs_gpus``)."""
     containers = _one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
-    wanted = len(plan.memory.gpus) if plan.spec.triton.flavor == "tensorrtllm" else 0
+    wanted = len(plan.memory.gpus) if flavors.get(plan.spec.triton.flavor).needs_gpus else 0
     problems = []
     for part in ("limits", "requests"):
         asked = sum(int(c.get("resources", {}).get(part, {}).get("nvidia.com/gpu", 0)) for c in containers)
         if asked != wanted:
             problems.append(f"Deployment: {part} nvidia.com/gpu {asked}, but the plan uses {wanted} GPU(s)")
+    return problems
+
+
+def files_under_mounts(objects: list[Obj]) -> list[str]:
+    """What ``trtllm-serve`` reads lies on a volume its container mounts: the options file (the
+    argument after ``--extra_llm_api_options`` / ``--config``) and the model (its first argument,
+    when a path)."""
+    problems = []
+    flags = set(OPTIONS_FLAG.values())
+    for container in _one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]:
+        argv = [*container.get("command", []), *container.get("args", [])]
+        if not argv or PurePosixPath(argv[0]).name != "trtllm-serve":
+            continue
+        mounts = [PurePosixPath(m["mountPath"]) for m in container.get("volumeMounts", [])]
+        named = [("model", argv[1])] if len(argv) > 1 and argv[1].startswith("/") else []
+        named += [("options file", argv[i + 1]) for i, arg in enumerate(argv[:-1]) if arg in flags]
+        if not any(what == "options file" for what, _ in named):
+            problems.append(f"container {container['name']}: trtllm-serve is given no options file ({sorted(flags)})")
+        for what, path in named:
+            if not any(PurePosixPath(path).is_relative_to(mount) for mount in mounts):
+                problems.append(
+                    f"container {container['name']}: trtllm-serve's {what} {path} is under no volume it mounts "
+                    f"({', '.join(map(str, mounts)) or 'none'})"
+                )
     return problems
 
 
@@ -150,12 +184,14 @@ def cross_references(objects: list[Obj], plan: Plan) -> list[str]:
         + selectors_select_pods(objects)
         + hpa_metric(objects)
         + gpu_count(objects, plan)
+        + files_under_mounts(objects)
     )
 
 
 def repository(repo: str | Path, deployment: Deployment) -> list[str]:
     """A repository written for this deployment: its engine models' ``gpt_model_path`` (and the torch
-    flavor's ``hf_model_dir``) lie under the volume's mount, and no model names a GPU the pod lacks."""
+    flavor's ``hf_model_dir``) lie under the volume's mount, and no model names a GPU the pod lacks;
+    a trtllm-serve repository (the llmapi flavor's): see :func:`llmapi_repository`."""
     mount = PurePosixPath(deployment.repo_path).parent
     problems = []
     for model in engine_models(repo):
@@ -174,4 +210,30 @@ def repository(repo: str | Path, deployment: Deployment) -> list[str]:
             problems.append(
                 f"model {config.name}: hf_model_dir {hf.string_value} is not under the volume mounted at {mount}"
             )
+    return problems + llmapi_repository(repo, deployment)
+
+
+def llmapi_repository(repo: str | Path, deployment: Deployment) -> list[str]:
+    """A repository with trtllm-serve's options (the llmapi flavor's), for this deployment: the
+    options file and Triton's ``model.yaml`` take the deployment's TensorRT-LLM line (validated
+    against ``trt_spec.repository.llm_args``), name checkpoints under the volume's mount, and run
+    at the pod's GPU count (``tensor_parallel_size``). Nothing to check in a repository without them."""
+    files = llmapi_files(repo)
+    if not files:
+        return []
+    mount = PurePosixPath(deployment.repo_path).parent
+    problems = []
+    if deployment.trtllm_line is None:
+        return [f"{repo}: a trtllm-serve repository, but the deployment runs {deployment.launcher}"]
+    for name, data in files.items():
+        problems += [f"{name}: {problem}" for problem in data.problems(deployment.trtllm_line)]
+        for key, path in data.checkpoints().items():
+            if not PurePosixPath(path).is_relative_to(mount):
+                problems.append(
+                    f"{name}: {key} {path} is not under the volume mounted at {mount}; write the repository with "
+                    "`trt-spec k8s ... --write-repo DIR` (it names the checkpoints under the mount)"
+                )
+        tp = data.options.get("tensor_parallel_size")
+        if tp != deployment.gpus:
+            problems.append(f"{name}: tensor_parallel_size {tp}, but the pod has {deployment.gpus} GPU(s)")
     return problems
