@@ -540,3 +540,53 @@ def test_serve_names_the_extra_when_the_endpoint_libraries_are_missing(tmp_path)
     assert exit_code == "1"
     assert "pip install 'trt-spec[openai]'" in output and "fastapi" in output
     assert re.search(r"--openai-port needs", output)
+
+
+# --- the Kubernetes OpenAI sidecar, as `trt-spec k8s --openai` writes it ---------------------------
+
+
+def test_the_kubernetes_openai_sidecar_serves_as_written(triton, repo, target, prompts):
+    """The sidecar `trt-spec k8s --openai` puts beside NVIDIA's Triton image runs its manifest's own
+    command (``python3 -c ...``) here, with only the pod's paths and ports mapped to this machine's:
+    it answers the openai SDK with the target's greedy text."""
+    from trt_spec.deploy import manifests
+    from trt_spec.plan import make_plan
+    from trt_spec.serving.server import DEFAULT_PORTS
+
+    spec = load_spec(EXAMPLES / "pystdlib-demo.yaml")
+    spec = spec.model_copy(update={"triton": spec.triton.model_copy(update={"flavor": "tensorrtllm"})})
+    options = manifests.DeployOptions(openai=True)
+    deployment = manifests.build(make_plan(spec), options)
+    pod = next(obj for obj in deployment.objects if obj["kind"] == "Deployment")["spec"]["template"]["spec"]
+    sidecar = next(container for container in pod["containers"] if container["name"] == "openai")
+    assert sidecar["command"][:2] == ["python3", "-c"]
+    code, port = sidecar["command"][2], free_port()
+    mapping = {
+        f"'{options.mount_path}/model_repo/": f"'{repo}/",  # the volume, as mounted in the pod
+        f"'127.0.0.1:{DEFAULT_PORTS['grpc']}'": f"'{triton.grpc_url}'",  # the pod's own Triton
+        f"port={manifests.OPENAI_PORT}": f"port={port}",
+        "host='0.0.0.0'": "host='127.0.0.1'",
+    }
+    for pod_value, here in mapping.items():
+        assert code.count(pod_value) == 1, (pod_value, code)  # the command still has the shape mapped here
+        code = code.replace(pod_value, here)
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+            try:
+                with urllib.request.urlopen(f"{url}/models", timeout=2):
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.monotonic() < deadline, "the sidecar did not answer within 120 s"
+                time.sleep(0.5)
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=300)
+        assert [model.id for model in client.models.list().data] == [spec.name]
+        reference = greedy_reference(target, prompts[2], NEW_TOKENS)
+        response = client.completions.create(model=spec.name, prompt=prompts[2], max_tokens=NEW_TOKENS, temperature=0)
+        assert response.choices[0].text == decode(target, reference)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
