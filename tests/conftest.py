@@ -98,9 +98,9 @@ def greedy_reference(target, prompt: str, num_tokens: int, penalties=None) -> li
     from trt_spec.runtime.penalties import ENGINE_DEFAULT_PENALTIES, adjusted_scores
 
     penalties = ENGINE_DEFAULT_PENALTIES if penalties is None else penalties
-    key = (prompt, num_tokens, penalties)
+    model, tokenizer = target
+    key = (model.config.name_or_path, prompt, num_tokens, penalties)
     if key not in _references:
-        model, tokenizer = target
         tokens = list(tokenizer(prompt)["input_ids"])
         output: list[int] = []
         with torch.inference_mode():
@@ -114,6 +114,44 @@ def greedy_reference(target, prompt: str, num_tokens: int, penalties=None) -> li
                 tokens.append(token)
         _references[key] = output
     return _references[key]
+
+
+def two_token_distribution(checkpoint, prompt: str, sampling, penalties, eos: int) -> dict[str, float]:
+    """P(completion text) of two tokens sampled from ``checkpoint`` alone at ``sampling`` with
+    ``penalties`` applied as the engines apply them (EOS ends a completion early): what a served
+    pair's sampled two-token completions must follow."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trt_spec.runtime.penalties import adjusted_scores
+    from trt_spec.runtime.sampling import filtered_softmax
+
+    model = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    start = list(tokenizer(prompt).input_ids)
+
+    def next_probs(tokens: list[int]) -> torch.Tensor:
+        with torch.inference_mode():
+            logits = model(torch.tensor([tokens])).logits[0, -1:]
+        scores = adjusted_scores(
+            logits, sampling.temperature, penalties.after(len(tokens) - len(start)), tokens, (), eos
+        )
+        return filtered_softmax(scores, sampling)[0]
+
+    def text(tokens: list[int]) -> str:
+        return tokenizer.decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    distribution: dict[str, float] = {}
+    first = next_probs(start)
+    for x1 in first.nonzero().flatten().tolist():
+        if x1 == eos:
+            distribution[""] = distribution.get("", 0.0) + float(first[x1])
+            continue
+        second = next_probs([*start, x1])
+        for x2 in second.nonzero().flatten().tolist():
+            completion = text([x1] if x2 == eos else [x1, x2])
+            distribution[completion] = distribution.get(completion, 0.0) + float(first[x1] * second[x2])
+    return distribution
 
 
 def decode(target, tokens) -> str:

@@ -28,15 +28,15 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import CHAT_TEMPLATE, DEMO_EOS, DEMO_PAIR, EXAMPLES
+from conftest import CHAT_TEMPLATE, DEMO_EOS, DEMO_PAIR, EXAMPLES, decode, greedy_reference, two_token_distribution
 
 from trt_spec.bench.prompts import prompt_texts
 from trt_spec.repository import llm_args
 from trt_spec.repository.flavors import twin_route
 from trt_spec.repository.flavors.llmapi import COMMAND_FILE, OPTIONS_FILE
 from trt_spec.repository.llm_args import LlmArgsError
-from trt_spec.runtime.penalties import ENGINE_DEFAULT_PENALTIES, Penalties, adjusted_scores
-from trt_spec.runtime.sampling import SamplingParams, filtered_softmax
+from trt_spec.runtime.penalties import Penalties
+from trt_spec.runtime.sampling import SamplingParams
 from trt_spec.serving.llmapi_route import loop_counters
 from trt_spec.serving.server import free_port
 
@@ -170,20 +170,8 @@ def wide_target(wide_pair):
 
 
 def greedy_text(target, prompt: str, num_tokens: int = NEW_TOKENS) -> str:
-    """The target alone, greedily, one full forward pass per token (the engines' default min_tokens 1)."""
-    model, tokenizer = target
-    tokens = list(tokenizer(prompt)["input_ids"])
-    output: list[int] = []
-    with torch.inference_mode():
-        while len(output) < num_tokens:
-            logits = model(torch.tensor([tokens])).logits[0, -1:]
-            scores = adjusted_scores(logits, 1.0, ENGINE_DEFAULT_PENALTIES.after(len(output)), tokens, (), DEMO_EOS)
-            token = int(scores.argmax())
-            if token == DEMO_EOS:
-                break
-            output.append(token)
-            tokens.append(token)
-    return tokenizer.decode(output, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    """The target alone, greedily, with the engines' defaults (conftest.greedy_reference)."""
+    return decode(target, greedy_reference(target, prompt, num_tokens))
 
 
 # --- greedy: the target alone, through the openai SDK --------------------------------------------
@@ -310,37 +298,6 @@ def test_a_key_of_the_other_line_is_refused(tmp_path):
 # --- sampled: distributed as the target's ------------------------------------------------------------
 
 
-def two_token_distribution(checkpoint: Path) -> dict[str, float]:
-    """P(completion text) of two tokens sampled from ``checkpoint`` alone (EOS ends it early)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
-    prompt = list(tokenizer(PROMPT).input_ids)
-
-    def next_probs(tokens: list[int]) -> torch.Tensor:
-        with torch.inference_mode():
-            logits = model(torch.tensor([tokens])).logits[0, -1:]
-        scores = adjusted_scores(
-            logits, SAMPLING.temperature, PENALTIES.after(len(tokens) - len(prompt)), tokens, (), DEMO_EOS
-        )
-        return filtered_softmax(scores, SAMPLING)[0]
-
-    def text(tokens: list[int]) -> str:
-        return tokenizer.decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-
-    distribution: Counter[str] = Counter()
-    first = next_probs(prompt)
-    for x1 in first.nonzero().flatten().tolist():
-        if x1 == DEMO_EOS:
-            distribution[""] += float(first[x1])
-            continue
-        second = next_probs([*prompt, x1])
-        for x2 in second.nonzero().flatten().tolist():
-            distribution[text([x1] if x2 == DEMO_EOS else [x1, x2])] += float(first[x1] * second[x2])
-    return dict(distribution)
-
-
 def chi_square_z(counts: Counter[str], expected: dict[str, float], n: int) -> float:
     """Pearson's chi-square over the completions expected >= 5 times (the rest pooled), as a z-score."""
     bins = [text for text, p in expected.items() if n * p >= 5]
@@ -389,7 +346,7 @@ def test_sampled_completions_follow_the_target_distribution(route, request, wide
     drafted, accepted = sum(r[1] for r in results), sum(r[2] for r in results)
     assert drafted >= NUM_REQUESTS and 0 < accepted < drafted  # every request verified a draft
 
-    expected = two_token_distribution(pair / "target")
+    expected = two_token_distribution(pair / "target", PROMPT, SAMPLING, PENALTIES, DEMO_EOS)
     counts = Counter(text for text, _, _ in results)
     unexpected = sum(count for text, count in counts.items() if text not in expected)
     assert unexpected <= 0.01 * NUM_REQUESTS, {t: c for t, c in counts.items() if t not in expected}
@@ -400,7 +357,9 @@ def test_sampled_completions_follow_the_target_distribution(route, request, wide
     z = chi_square_z(counts, expected, NUM_REQUESTS)
     # The negative control: the same samples are far from the draft's own distribution, so the
     # bound can fail (a server that emitted the draft's tokens would).
-    z_draft = chi_square_z(counts, two_token_distribution(pair / "draft"), NUM_REQUESTS)
+    z_draft = chi_square_z(
+        counts, two_token_distribution(pair / "draft", PROMPT, SAMPLING, PENALTIES, DEMO_EOS), NUM_REQUESTS
+    )
     print(f"{route}: chi-square z {z:.2f} against the target, {z_draft:.1f} against the draft")
     assert z <= 6 < z_draft, (z, z_draft)
     if route != "rejection":

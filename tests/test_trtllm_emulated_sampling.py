@@ -18,12 +18,11 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import torch
-from conftest import DEMO_PAIR, serve_emulated
+from conftest import DEMO_PAIR, serve_emulated, two_token_distribution
 
 from trt_spec.client import SpecClient
-from trt_spec.runtime.penalties import Penalties, adjusted_scores
-from trt_spec.runtime.sampling import SamplingParams, filtered_softmax
+from trt_spec.runtime.penalties import Penalties
+from trt_spec.runtime.sampling import SamplingParams
 from trt_spec.spec import parse_spec
 
 pytest.importorskip("pytriton", reason="the CPU Triton server comes with nvidia-pytriton")
@@ -59,36 +58,6 @@ def server(tmp_path_factory, spec):
         running.stop()
 
 
-def exact_two_token_distribution() -> dict[str, float]:
-    """P(completion text) of two sampled tokens from the target alone (EOS ends it early)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(str(DEMO_PAIR / "target"), dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(DEMO_PAIR / "target"))
-    prompt = list(tokenizer(PROMPT).input_ids)
-
-    def next_probs(tokens: list[int]) -> torch.Tensor:
-        with torch.inference_mode():
-            logits = model(torch.tensor([tokens])).logits[0, -1:]
-        step = len(tokens) - len(prompt)
-        scores = adjusted_scores(logits, SAMPLING.temperature, PENALTIES.after(step), tokens, (), EOS)
-        return filtered_softmax(scores, SAMPLING)[0]
-
-    def text(tokens: list[int]) -> str:
-        return tokenizer.decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-
-    distribution: Counter[str] = Counter()
-    first = next_probs(prompt)
-    for x1 in first.nonzero().flatten().tolist():
-        if x1 == EOS:
-            distribution[""] += float(first[x1])
-            continue
-        second = next_probs([*prompt, x1])
-        for x2 in second.nonzero().flatten().tolist():
-            distribution[text([x1] if x2 == EOS else [x1, x2])] += float(first[x1] * second[x2])
-    return dict(distribution)
-
-
 def test_sampled_completions_follow_the_target_distribution(server):
     def run(indices: range) -> list[tuple[str, int, int]]:
         results = []
@@ -119,7 +88,7 @@ def test_sampled_completions_follow_the_target_distribution(server):
     accepted = sum(r[2] for r in results)
     assert drafted >= NUM_REQUESTS and 0 < accepted < drafted  # every request verified a draft
 
-    expected = exact_two_token_distribution()
+    expected = two_token_distribution(DEMO_PAIR / "target", PROMPT, SAMPLING, PENALTIES, EOS)
     counts = Counter(text for text, _, _ in results)
     unexpected = sum(count for text, count in counts.items() if text not in expected)
     assert unexpected <= 0.01 * NUM_REQUESTS, {t: c for t, c in counts.items() if t not in expected}
