@@ -33,6 +33,7 @@ from trt_spec.client import SpecClient, StreamEvent
 from trt_spec.errors import GenerationError
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.parameters import PreprocessingParameters
+from trt_spec.serving.metrics import samples, scrape
 
 if TYPE_CHECKING:
     from trt_spec.twin import TwinPair
@@ -89,19 +90,11 @@ def read_metrics(url: str | None) -> dict[str, float] | None:
     if not url:
         return None
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            text = response.read().decode()
+        text = scrape(url)
     except (urllib.error.URLError, OSError):
         return None
-    values = {}
-    for line in text.splitlines():
-        if line.startswith(("trt_spec_", "nv_inference_compute_infer_duration_us")):
-            name, _, value = line.rpartition(" ")
-            try:
-                values[name] = float(value)
-            except ValueError:
-                continue
-    return values
+    wanted = ("trt_spec_", "nv_inference_compute_infer_duration_us")
+    return {sample.series: sample.value for sample in samples(text) if sample.name.startswith(wanted)}
 
 
 def settled_metrics(

@@ -85,6 +85,9 @@ class RepositorySettings:
     step_costs: StepCosts = DEFAULT_STEP_COSTS  # adaptive K's fixed costs (the flavor's step_costs)
     # Sampled requests verify with the draft's logits (else the target matches tokens; also exact).
     draft_logits: bool = False
+    # Without draft logits, sampled requests still speculate, verified by token matching
+    # (LoopParameters.sampled_token_match: the twin serving an llmapi route whose 1.3+ does so).
+    sampled_token_match: bool = False
     # K by requests in flight, for 1, 2, ... in flight (the last entry beyond), 0 = plain decoding;
     # () = none (settings_from_plan: the flavor's, Flavor.k_schedule). Caps the K of requests that
     # send no num_draft_tokens; a request that sends one keeps it.
@@ -236,6 +239,7 @@ def loop_config(settings: RepositorySettings) -> ModelConfig:
             max_draft_len=settings.max_draft_len,
             adaptive_draft=settings.adaptive_draft,
             use_draft_logits=settings.draft_logits,
+            sampled_token_match=settings.sampled_token_match,
             draft_cost=round(settings.step_costs.draft, 4),
             verify_slope=round(settings.step_costs.verify_slope, 4),
             k_schedule=LoopParameters.schedule_text(settings.k_schedule),

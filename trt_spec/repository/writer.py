@@ -94,12 +94,14 @@ def write_repository(
     step_costs: StepCosts | None = None,
     k_schedule: Sequence[int] | None = None,
     trtllm_version: str | None = None,
+    sampled_token_match: bool = False,
 ) -> RepositoryResult:
     """Write the repository for ``spec`` into ``out_dir`` (default: the spec's ``paths.model_repo``).
 
     With engines built, they are cross-checked against the spec first; without, the configs
     follow the plan and a note says so. ``adaptive_draft``, ``torch_threads``, ``acceptance``,
-    ``step_costs`` and ``k_schedule``: see :func:`trt_spec.repository.flavors.settings_from_plan`.
+    ``step_costs``, ``k_schedule`` and ``sampled_token_match``: see
+    :func:`trt_spec.repository.flavors.settings_from_plan`.
     ``trtllm_version``: the TensorRT-LLM release line of a flavor's version-specific files
     (:meth:`~trt_spec.repository.flavors.Flavor.files`; the llmapi flavor's).
 
@@ -128,6 +130,7 @@ def write_repository(
         acceptance=acceptance,
         step_costs=step_costs,
         k_schedule=k_schedule,
+        sampled_token_match=sampled_token_match,
     )
     notes = chosen.check(plan, settings)
     model_configs = chosen.model_configs(settings)

@@ -26,21 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import json_format
-
-from trt_spec.repository import configs
 from trt_spec.repository.flavors import TwinRoute
 from trt_spec.repository.writer import write_repository
-from trt_spec.runtime import tensors as T
-from trt_spec.runtime.parameters import LoopParameters, ModelParameters, PreprocessingParameters
+from trt_spec.serving.metrics import samples, scrape
 from trt_spec.serving.serve import ServeOptions
 
 TWIN_DIR = "twin"  # the twin repository's folder in the work directory
@@ -57,7 +51,6 @@ _COUNTERS = {
     "loop_seconds": "trt_spec_loop_iteration_seconds_total",
 }
 _FINISHED = ("trt_spec_loop_requests_total", "finished")
-_SAMPLE = re.compile(r"^(?P<name>[a-z_]+)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$", re.M)
 
 AddRoutes = Callable[[Any, Any], None]  # (the FastAPI app, the TritonServer): routes beyond the endpoint's own
 
@@ -83,11 +76,8 @@ def twin_repository(route: TwinRoute, workdir: Path) -> Path:
         RepositoryError: the repository cannot be written (e.g. no tokenizer files).
         NotDownloadedError: a checkpoint named by a Hub id that has not been downloaded.
     """
-    repo = write_repository(route.spec, Path(workdir) / TWIN_DIR, "torch").path
-    if route.sampled_verification == "token_match":
-        _replace_parameters(repo, T.LOOP, LoopParameters, use_draft_logits=False, sampled_token_match=True)
-        _replace_parameters(repo, T.PREPROCESSING, PreprocessingParameters, draft_logits=False)
-    return repo
+    token_match = route.sampled_verification == "token_match"
+    return write_repository(route.spec, Path(workdir) / TWIN_DIR, "torch", sampled_token_match=token_match).path
 
 
 def twin_serving(route: TwinRoute, options: ServeOptions, workdir: Path, say: Callable[[str], None]) -> TwinServing:
@@ -137,9 +127,7 @@ class IterationStats:
 
     def scrape(self) -> dict[str, float]:
         """The loop model's counters now (0 for those not yet reported)."""
-        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
-            text = response.read().decode()
-        return loop_counters(text)
+        return loop_counters(scrape(self.metrics_url))
 
     def read(self) -> list[dict[str, Any]]:
         if not self.enabled:
@@ -171,23 +159,9 @@ def loop_counters(text: str) -> dict[str, float]:
     """The loop model's counters (summed over label sets) and finished requests, from Prometheus text."""
     names = {name: key for key, name in _COUNTERS.items()}
     totals = dict.fromkeys((*_COUNTERS, "finished"), 0.0)
-    for match in _SAMPLE.finditer(text):
-        name, labels = match["name"], match["labels"] or ""
-        try:
-            value = float(match["value"])
-        except ValueError:
-            continue
-        if name in names:
-            totals[names[name]] += value
-        elif name == _FINISHED[0] and f'outcome="{_FINISHED[1]}"' in labels:
-            totals["finished"] += value
+    for sample in samples(text):
+        if sample.name in names:
+            totals[names[sample.name]] += sample.value
+        elif sample.name == _FINISHED[0] and sample.label("outcome") == _FINISHED[1]:
+            totals["finished"] += sample.value
     return totals
-
-
-def _replace_parameters(repo: Path, model: str, kind: type[ModelParameters], **changes: Any) -> None:
-    """Change some of a written model's parameters, checked as the model will read them."""
-    config = configs.read_config(repo / model / "config.pbtxt")
-    current = kind.from_config(json_format.MessageToDict(config, preserving_proto_field_name=True))
-    for key, value in dataclasses.replace(current, **changes).to_config().items():
-        config.parameters[key].string_value = value["string_value"]
-    configs.write_config(config, repo)

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -59,6 +58,7 @@ from pathlib import Path
 
 from trt_spec.errors import ServerError
 from trt_spec.runtime.draining import DRAIN_FILE_ENV, LOOP_TOKEN_ENV
+from trt_spec.serving.metrics import samples, scrape
 from trt_spec.serving.reaper import group_members
 from trt_spec.serving.trtllm import EngineModel, engine_models, orchestrator_command
 
@@ -91,7 +91,6 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # instance, and executions and failures, whose growth is progress.
 _PENDING = "nv_inference_pending_request_count"
 _PROGRESS = ("nv_inference_exec_count", "nv_inference_request_failure")
-_MODEL_METRIC = re.compile(r'^(?P<name>[a-z_]+)\{[^}]*\bmodel="(?P<model>[^"]+)"[^}]*\} (?P<value>\S+)$', re.M)
 
 
 @dataclass(frozen=True)
@@ -623,14 +622,14 @@ class TritonServer:
     def model_progress(self) -> dict[str, tuple[float, float]]:
         """Each model's (requests waiting for an instance, executions + failures so far) from
         Triton's metrics port."""
-        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
-            text = response.read().decode()
         progress: dict[str, tuple[float, float]] = {}
-        for match in _MODEL_METRIC.finditer(text):
-            name, model, value = match["name"], match["model"], float(match["value"])
-            if name == _PENDING or name in _PROGRESS:
-                pending, done = progress.get(model, (0.0, 0.0))
-                progress[model] = (pending + value, done) if name == _PENDING else (pending, done + value)
+        for sample in samples(scrape(self.metrics_url)):
+            model = sample.label("model")
+            if model is None or not (sample.name == _PENDING or sample.name in _PROGRESS):
+                continue
+            pending, done = progress.get(model, (0.0, 0.0))
+            value = sample.value
+            progress[model] = (pending + value, done) if sample.name == _PENDING else (pending, done + value)
         return progress
 
     def drain(self, models: Iterable[str], timeout_s: float) -> list[str]:

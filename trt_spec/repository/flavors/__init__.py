@@ -196,6 +196,7 @@ def settings_from_plan(
     acceptance: Acceptance | None = None,
     step_costs: StepCosts | None = None,
     k_schedule: Sequence[int] | None = None,
+    sampled_token_match: bool = False,
 ) -> RepositorySettings:
     """The repository's settings from the plan alone, in ``flavor`` (default: the spec's).
 
@@ -211,7 +212,8 @@ def settings_from_plan(
     (``StepCosts.prior_alpha``); ``None``: the schedule at the projection's default alpha
     (``projection.DEFAULT_ALPHA``) and no prior. ``step_costs``: adaptive K's fixed costs instead
     of the flavor's (``Flavor.step_costs``). ``k_schedule``: the loop's K by requests in flight
-    instead of the flavor's (``Flavor.k_schedule``); ``()`` = none.
+    instead of the flavor's (``Flavor.k_schedule``); ``()`` = none. ``sampled_token_match``: sampled
+    requests verify by token matching, without the draft's logits (``LoopParameters.sampled_token_match``).
 
     Raises:
         RepositoryError: an unknown flavor, or a K schedule that does not fit the engines.
@@ -251,7 +253,8 @@ def settings_from_plan(
         adaptive_draft=adaptive_draft,
         torch_threads=torch_threads,
         step_costs=costs,
-        draft_logits=chosen.gives_draft_logits(spec.speculative.acceptance),
+        draft_logits=not sampled_token_match and chosen.gives_draft_logits(spec.speculative.acceptance),
+        sampled_token_match=sampled_token_match,
         k_schedule=tuple(k_schedule) if k_schedule is not None else chosen.k_schedule(plan, schedule_acceptance),
     )
 
