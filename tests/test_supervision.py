@@ -140,6 +140,34 @@ def test_a_dead_decoupled_model_restarts_the_server():
     assert "restarting the server" in events[0] and "decoupled" in events[0]
 
 
+def test_the_old_processes_of_a_reloaded_model_end_without_another_reload():
+    # Under load Triton ends a reloaded model's old instances only once their requests are done,
+    # seconds after the new ones serve: that is no death (CI once took it for one: a second reload
+    # with the ensemble unavailable meanwhile, and the next test's request refused).
+    server = _fake(T.PREPROCESSING, T.PREPROCESSING, T.TARGET)
+    respawn = server._respawn
+
+    def respawn_keeping_the_old(name: str) -> None:
+        old = {pid: stub for pid, stub in server.stubs_now.items() if stub.model == name}
+        respawn(name)
+        server.stubs_now |= old
+
+    server._respawn = respawn_keeping_the_old
+    supervisor = Supervisor(server, interval_s=0.02).start()
+    try:
+        del server.stubs_now[100]  # one preprocessing instance killed; 101 still finishing requests
+        _until(lambda: supervisor.recoveries)
+        time.sleep(0.1)
+        del server.stubs_now[101]  # its requests done, Triton ends it
+        time.sleep(0.2)
+        assert len(supervisor.recoveries) == 1
+        del server.stubs_now[max(server.stubs_now)]  # a new instance killed: that is a death
+        _until(lambda: len(supervisor.recoveries) == 2)
+    finally:
+        supervisor.stop()
+    assert server.calls == [f"unload {T.PREPROCESSING}", f"load {T.PREPROCESSING}"] * 2
+
+
 def test_a_model_unloaded_on_purpose_is_left_alone():
     server = _fake(T.PREPROCESSING, T.TARGET)
     events: list[str] = []

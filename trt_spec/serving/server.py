@@ -801,7 +801,8 @@ class Supervisor:
 
     - a model that is not decoupled is unloaded at once (its requests are refused, readiness
       says not ready) and loaded again: new stub processes. In-flight requests get Triton's
-      "Stub process '<instance>' is not healthy".
+      "Stub process '<instance>' is not healthy". Its other old processes end once their
+      requests are done; that end is not a death.
     - a decoupled model (the loop ``spec_loop``): Triton would leave its in-flight
       requests waiting forever (measured), so the whole server is restarted on the same ports;
       open connections are closed, which their clients see as an error.
@@ -826,6 +827,10 @@ class Supervisor:
     _thread: threading.Thread | None = field(default=None, init=False, repr=False)
     _stopped_since: dict[int, float] = field(default_factory=dict, init=False, repr=False)
     _progress: dict[str, tuple[float, float, float]] = field(default_factory=dict, init=False, repr=False)
+    # The stubs of a reloaded model's old instances: Triton ends them itself once their requests in
+    # flight are done, which under load is seconds after the new ones serve. Not watched: their end
+    # is not a death (taken for one, it reloaded the model again, the ensemble unavailable meanwhile).
+    _retired: set[int] = field(default_factory=set, init=False, repr=False)
 
     def start(self) -> Supervisor:
         self._thread = threading.Thread(target=self._run, name="trt-spec-supervisor", daemon=True)
@@ -859,6 +864,8 @@ class Supervisor:
                     if self._server_exited():
                         return
                     current = self.server.stubs()
+                    self._retired &= current.keys()
+                    current = {pid: stub for pid, stub in current.items() if pid not in self._retired}
                     self._end_stopped(current)
                     self._end_hung(current)
                     dead = {pid: stub for pid, stub in known.items() if pid not in current}
@@ -955,12 +962,15 @@ class Supervisor:
             what = _RESTART_NOTE if restart else _RELOAD_NOTE
             self.on_event(f"model {name}: its process {stub.instance} (pid {stub.pid}) is gone; {what}")
         if not restart:
+            old = {pid for pid, stub in (known | self.server.stubs()).items() if stub.model in models}
             restart = bool(self._reload(list(models)))
+            self._retired |= old
         if restart:
             self.server.restart(f"the process of model {', '.join(models)} died")
             known = self.server.stubs()
         else:
-            known = {pid: stub for pid, stub in known.items() if stub.model not in models} | self.server.stubs()
+            fresh = {pid: stub for pid, stub in self.server.stubs().items() if pid not in self._retired}
+            known = {pid: stub for pid, stub in known.items() if stub.model not in models} | fresh
         seconds = time.monotonic() - detected
         action = "restart" if restart else "reload"
         for name in models:
