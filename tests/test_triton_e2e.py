@@ -250,6 +250,46 @@ def test_cli_bench_over_grpc_on_the_users_prompts(server):
     assert all(0 < row["alpha"] <= 1 and row["tokens_per_target_call"] >= 1 for row in rows)
 
 
+def test_tune_measures_the_torch_flavors_k_schedule_through_the_server(server, tmp_path):
+    # tune --url: each K against plain decoding at each load; repo --tuning writes the schedule into
+    # the torch flavor's loop, plan --tuning prints it.
+    from trt_spec.plan.tuning import load_tuning
+    from trt_spec.repository.configs import read_config
+    from trt_spec.runtime.parameters import LoopParameters
+
+    spec_path = EXAMPLES / "pystdlib-demo.yaml"
+    report_path = tmp_path / "tuning.json"
+    args = ["tune", "--spec", str(spec_path), "--url", server.grpc_url, "--in-flight", "3", "-k", "1", "-k", "2"]
+    args += ["--prompts", "3", "--max-tokens", "12", "--threads", "1", "-o", str(report_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    report = load_tuning(report_path)
+    measured = report.measured_schedule
+    assert measured is not None and measured.url == server.grpc_url
+    # K 1 and 2 asked, and the spec's K 4 (the loop's default), at 1 and 3 requests in flight.
+    assert [(p.in_flight, sorted(p.speedups)) for p in measured.points] == [(1, [1, 2, 4]), (3, [1, 2, 4])]
+    assert all(speedup > 0 for p in measured.points for speedup in p.speedups.values())
+    assert "K by requests in flight, measured through" in result.stdout
+    print("\n" + "\n".join(measured.render(4, 8)))
+
+    out = tmp_path / "repo"
+    args = ["repo", "--spec", str(spec_path), "--flavor", "torch", "-o", str(out), "--tuning", str(report_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    config = read_config(out / T.LOOP / "config.pbtxt")
+    parameters = {key: {"string_value": value.string_value} for key, value in config.parameters.items()}
+    loop = LoopParameters.from_config({"name": T.LOOP, "parameters": parameters})
+    alone, loaded = (point.best_k for point in measured.points)
+    if alone == 0:
+        assert loop.schedule == ()
+    else:
+        assert len(loop.schedule) == 8 and loop.schedule[:2] == (4, 4)  # the spec's K until 3 in flight
+        assert set(loop.schedule[2:]) == {4 if loaded >= alone else loaded}
+        assert "note: the loop runs K" in result.stdout
+    plan = CliRunner().invoke(main, ["plan", "--spec", str(spec_path), "--tuning", str(report_path), "--json"])
+    assert json.loads(plan.stdout)["measured_loop_k_schedule"] == list(loop.schedule)
+
+
 def test_cli_bench_over_grpc(server):
     result = CliRunner().invoke(
         main,

@@ -199,3 +199,32 @@ def test_repo_starts_adaptive_k_from_the_report(reports, chat_spec, tmp_path):
     from trt_spec.plan.projection import k_schedule, loop_schedule
 
     assert trtllm_loop.schedule == loop_schedule(k_schedule(plan, report.acceptance), plan.spec.num_draft_tokens)
+
+
+# --- the K schedule measured through a server (tune --url) ---------------------------------------
+
+
+def test_a_measured_schedule_is_a_step_function_of_load_down_to_plain_decoding():
+    from trt_spec.plan.tuning import MeasuredSchedule, SchedulePoint
+
+    def point(in_flight: int, **speedups: float) -> SchedulePoint:
+        return SchedulePoint(in_flight=in_flight, speedups={int(k[1:]): v for k, v in speedups.items()})
+
+    measured = MeasuredSchedule(
+        url="127.0.0.1:8001",
+        temperature=0.0,
+        prompts=8,
+        max_new_tokens=64,
+        points=[point(1, k2=1.3, k4=1.5), point(4, k2=1.2, k4=1.1), point(8, k2=0.9, k4=0.8)],
+    )
+    assert [p.best_k for p in measured.points] == [4, 2, 0]
+    # Loads between those measured take the one below; the spec's K stands where the best is unchanged.
+    assert measured.loop_schedule(spec_k=4, max_batch_size=10) == (4, 4, 4, 2, 2, 2, 2, 0, 0, 0)
+    # A spec K under the best for one request is the user's call (check warns), kept until load lowers it.
+    assert measured.loop_schedule(spec_k=3, max_batch_size=5) == (3, 3, 3, 2, 2)
+    lines = measured.render(spec_k=4, max_batch_size=10)
+    assert "8 in flight: K 2: x0.90  K 4: x0.80  -> plain decoding" in "\n".join(lines)
+    losing = MeasuredSchedule(url="u", temperature=0, prompts=1, max_new_tokens=8, points=[point(1, k4=0.9)])
+    assert losing.loop_schedule(spec_k=4, max_batch_size=4) == ()  # no K pays alone: no schedule
+    with pytest.raises(ValueError, match="must start at 1 request in flight"):
+        MeasuredSchedule(url="u", temperature=0, prompts=1, max_new_tokens=8, points=[point(4, k4=1.2)])

@@ -22,13 +22,16 @@ from collections.abc import Sequence
 
 from trt_spec.bench.inprocess import BenchConfig, run_local_bench
 from trt_spec.bench.rows import FixedRow, Progress
+from trt_spec.bench.server import ServerBenchConfig, run_server_bench
 from trt_spec.plan import Plan
 from trt_spec.plan.projection import k_schedule, project_plan
 from trt_spec.plan.tuning import (
     REPORT_VERSION,
     KRow,
     LengthSummary,
+    MeasuredSchedule,
     MeasuredStepCosts,
+    SchedulePoint,
     TemperatureResult,
     TuningReport,
     Workload,
@@ -38,6 +41,7 @@ from trt_spec.twin import TwinPair
 
 DEFAULT_KS = (1, 2, 3, 4, 6, 8)
 DEFAULT_TEMPERATURES = (0.0,)
+DEFAULT_LOADS = (1, 4, 8)  # requests in flight measured through a server (tune --url)
 
 
 def run_tuning(
@@ -123,6 +127,41 @@ def run_tuning(
     )
 
 
+def measure_schedule(
+    url: str,
+    prompts: Sequence[str],
+    *,
+    ks: Sequence[int],
+    loads: Sequence[int] = DEFAULT_LOADS,
+    temperature: float = 0.0,
+    max_new_tokens: int = 96,
+    metrics_url: str | None = None,
+    progress: Progress | None = None,
+) -> MeasuredSchedule:
+    """The best K by requests in flight on the server at ``url``: each K and plain decoding at each
+    load in ``loads``, interleaved on the same server (``bench --url``, :mod:`trt_spec.bench.server`).
+
+    Raises:
+        ServerUnreachable, GenerationError: the server cannot be reached or fails a request.
+    """
+    config = ServerBenchConfig(
+        ks=tuple(sorted(set(ks))),
+        temperatures=(temperature,),
+        concurrency=tuple(loads),
+        num_prompts=len(prompts),
+        max_new_tokens=max_new_tokens,
+        prompts=tuple(prompts),
+    )
+    rows = run_server_bench(url, config, metrics_url=metrics_url, progress=progress).rows
+    points = []
+    for load in sorted({1, *loads}):
+        at_load = {row.k: row.speedup for row in rows if row.concurrency == load and row.speedup is not None}
+        points.append(SchedulePoint(in_flight=load, speedups=at_load))
+    return MeasuredSchedule(
+        url=url, temperature=temperature, prompts=len(prompts), max_new_tokens=max_new_tokens, points=points
+    )
+
+
 def render_report(report: TuningReport) -> list[str]:
     """The report as text: per temperature, the profile, a row per K, the recommendation."""
     workload = report.workload
@@ -168,4 +207,6 @@ def render_report(report: TuningReport) -> list[str]:
         "'here' is this machine's measured speedup (not the GPU's); the GPU column is a projection "
         "(docs/gpu.md). Pass the report to plan, check and repo with --tuning.",
     ]
+    if report.measured_schedule is not None:
+        lines += ["", *report.measured_schedule.render(report.spec_k, report.max_batch_size)]
     return lines

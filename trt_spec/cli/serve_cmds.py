@@ -301,10 +301,18 @@ def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_thread
         # The report's measured costs only where the flavor runs on the kind of machine that tuned
         # (its CPU times say nothing about a GPU).
         step_costs=tuning.measured_step_costs() if tuning and chosen.uses_measured_step_costs else None,
+        # Likewise its K by requests in flight measured through a server (tune --url).
+        k_schedule=tuning.loop_schedule(spec) if tuning and chosen.uses_measured_step_costs else None,
         trtllm_version=trtllm_version,
     )
     for note in result.notes:
         click.echo(f"note: {note}")
+    measured = tuning.loop_schedule(spec) if tuning and chosen.uses_measured_step_costs else None
+    if measured and tuning and tuning.measured_schedule:
+        click.echo(
+            f"note: the loop runs K {' '.join(map(str, measured))} for 1..{len(measured)} requests in flight, "
+            f"as measured through {tuning.measured_schedule.url} (trt-spec tune --url)"
+        )
     click.echo(f"wrote {result.path} ({result.flavor} flavor): {', '.join(result.models)}")
     click.echo(f"next: {chosen.next_step(result.path)}")
 

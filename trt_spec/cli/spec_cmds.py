@@ -120,12 +120,20 @@ def plan(
                     "projection": projection.to_json(),
                     "k_schedule": [step.to_json() for step in schedule],
                     "loop_k_schedule": list(loop_schedule(schedule, the_plan.spec.num_draft_tokens)),
+                    **(
+                        {"measured_loop_k_schedule": list(tuning.loop_schedule(spec) or ())}
+                        if tuning and tuning.measured_schedule
+                        else {}
+                    ),
                 },
                 indent=2,
             )
         )
     else:
         click.echo(render_plan(the_plan, spec_path, projection, schedule, acceptance))
+        if tuning and tuning.measured_schedule:
+            click.echo("")
+            click.echo("\n".join(tuning.measured_schedule.render(spec.num_draft_tokens, spec.engine.max_batch_size)))
 
 
 def render_plan(

@@ -56,6 +56,20 @@ from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
     help="Where to write the report (JSON) [default: tuning-<spec name>.json].",
 )
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Also write a PNG.")
+@click.option(
+    "--url",
+    default=None,
+    metavar="HOST:PORT",
+    help="Also measure the best K by requests in flight through this running server of the spec's repository "
+    "(gRPC; the torch flavor's K schedule, which repo --tuning writes).",
+)
+@click.option(
+    "--in-flight",
+    "loads",
+    type=click.IntRange(min=1),
+    multiple=True,
+    help="--url: requests in flight to measure (repeatable); default 1 4 8. One at a time is always measured.",
+)
 def tune(
     spec_path,
     dataset,
@@ -72,6 +86,8 @@ def tune(
     runner,
     output,
     plot_path,
+    url,
+    loads,
 ) -> None:
     """Tune K to your traffic: measure acceptance per draft position and tokens per target call on
     your prompts with the spec's own checkpoints (in-process: CPU, or CUDA where present), project
@@ -82,21 +98,36 @@ def tune(
     `check --tuning` (a warning when the spec's K is off the recommendation) and `repo --tuning`
     (adaptive K starts from the measured acceptance).
 
+    With --url, the best K is also measured through a running server of the spec's repository at
+    each number of requests in flight (--in-flight), against plain decoding at the same load: the
+    torch flavor's K schedule, which `repo --tuning` writes into the loop model.
+
     \b
     Examples:
       trt-spec tune --spec examples/pystdlib-demo.yaml
       trt-spec tune --spec spec.yaml --dataset chats.jsonl --prompts 32 -o tuning.json --plot tuning.png
       trt-spec tune --spec spec.yaml --dataset my-org/support-chats --dataset-split test --temperature 0.7
+      trt-spec tune --spec examples/pystdlib-demo.yaml --url 127.0.0.1:8001 --in-flight 1 --in-flight 8
     """
     import torch
 
     from trt_spec.bench.plot import write_tuning_plot
-    from trt_spec.bench.tuning import DEFAULT_KS, DEFAULT_TEMPERATURES, render_report, run_tuning
+    from trt_spec.bench.prompts import PROMPT_CHARS, prompt_texts
+    from trt_spec.bench.tuning import (
+        DEFAULT_KS,
+        DEFAULT_LOADS,
+        DEFAULT_TEMPERATURES,
+        measure_schedule,
+        render_report,
+        run_tuning,
+    )
     from trt_spec.plan import make_plan
     from trt_spec.plan.tuning import report_json
 
     if dataset is None and dataset_column:
         raise click.UsageError("--dataset-column goes with --dataset SOURCE")
+    if loads and url is None:
+        raise click.UsageError("--in-flight goes with --url HOST:PORT (a running server of the spec's repository)")
     spec = read_spec(spec_path)
     plan = make_plan(spec)
     if plot_path:
@@ -107,7 +138,7 @@ def tune(
     if threads:
         torch.set_num_threads(threads)
     pair = load_twin(spec, device, runner)
-    prompts, source = None, "packaged prompts"
+    prompts, source, texts = None, "packaged prompts", prompt_texts(num_prompts or 8, PROMPT_CHARS)
     if dataset is not None:
         workload = load_dataset_workload(
             dataset,
@@ -119,6 +150,7 @@ def tune(
             seed=seed,
         )
         prompts, source = [prompt.tokens for prompt in workload.prompts], dataset
+        texts = [prompt.text for prompt in workload.prompts]
     report = run_tuning(
         plan,
         pair,
@@ -131,6 +163,18 @@ def tune(
         repeats=repeats,
         progress=lambda line: click.echo(line, err=True),
     )
+    if url is not None:
+        schedule = measure_schedule(
+            url,
+            texts,
+            # The server's engines take K up to the spec's (max_draft_len); the spec's K is the loop's default.
+            ks=sorted({k for k in ks or DEFAULT_KS if k <= spec.num_draft_tokens} | {spec.num_draft_tokens}),
+            loads=loads or DEFAULT_LOADS,
+            temperature=report.primary.temperature,
+            max_new_tokens=max_tokens,
+            progress=lambda line: click.echo(line, err=True),
+        )
+        report = report.model_copy(update={"measured_schedule": schedule})
     path = output or f"tuning-{spec.name}.json"
     atomic.write_text(path, report_json(report))
     click.echo("\n".join(render_report(report)))

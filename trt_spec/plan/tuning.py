@@ -78,6 +78,75 @@ class MeasuredStepCosts(_Strict):
     verify_slope: float = Field(ge=0)  # (t_(K+1) - t_1) / (K t_1) at the largest K
 
 
+class SchedulePoint(_Strict):
+    """One load measured through the server: speculative decoding at each K against plain decoding
+    (``num_draft_tokens`` 0) with ``in_flight`` requests streaming at once."""
+
+    in_flight: int = Field(ge=1)
+    speedups: dict[int, float] = Field(min_length=1)  # K -> tokens/s over plain decoding at this load
+
+    @property
+    def best_k(self) -> int:
+        """The K with the largest speedup (the smallest on a tie); 0 where none beats plain decoding."""
+        k = min(self.speedups, key=lambda k: (-self.speedups[k], k))
+        return k if self.speedups[k] > 1 else 0
+
+
+class MeasuredSchedule(_Strict):
+    """The best K by requests in flight, measured through a running server of the spec's repository
+    (``trt-spec tune --url``): for a flavor that runs on the machine that tuned (the torch flavor),
+    whose costs under load no projection describes. On a CPU the draft and target engine models
+    run in processes of their own, so under load one request's drafting overlaps another's
+    verification, which plain decoding (the target alone) cannot use."""
+
+    url: str
+    temperature: float = Field(ge=0)
+    prompts: int = Field(ge=1)
+    max_new_tokens: int = Field(ge=1)
+    points: list[SchedulePoint] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _from_one_up(self) -> MeasuredSchedule:
+        loads = [point.in_flight for point in self.points]
+        if loads[0] != 1 or loads != sorted(set(loads)):
+            raise ValueError(f"points must start at 1 request in flight and increase; got {loads}")
+        return self
+
+    def best_k(self, in_flight: int) -> int:
+        """The best K measured at the largest load measured that is not above ``in_flight``."""
+        return [point for point in self.points if point.in_flight <= in_flight][-1].best_k
+
+    def loop_schedule(self, spec_k: int, max_batch_size: int) -> tuple[int, ...]:
+        """What the loop model runs for 1..``max_batch_size`` requests in flight, by the rule of the
+        projected schedule (:func:`~trt_spec.plan.projection.loop_schedule`): the spec's K while
+        load leaves the measured best where it is for one request, the measured best (at most the
+        spec's K, the engine's max_draft_len) where load lowers it, 0 where plain decoding was faster."""
+        alone = self.best_k(1)
+        if alone == 0:
+            return ()
+        loads = [self.best_k(in_flight) for in_flight in range(1, max_batch_size + 1)]
+        return tuple(spec_k if k >= alone else min(k, spec_k) for k in loads)
+
+    def render(self, spec_k: int, max_batch_size: int) -> list[str]:
+        lines = [
+            f"K by requests in flight, measured through {self.url} (tokens/s over plain decoding at the same load; "
+            f"{self.prompts} prompts x {self.max_new_tokens} tokens, temperature {self.temperature:g}):"
+        ]
+        for point in self.points:
+            cells = "  ".join(f"K {k}: x{speedup:.2f}" for k, speedup in sorted(point.speedups.items()))
+            best = point.best_k
+            lines.append(
+                f"  {point.in_flight:>4} in flight: {cells}  -> " + (f"K {best}" if best else "plain decoding")
+            )
+        runs = self.loop_schedule(spec_k, max_batch_size)
+        lines.append(
+            f"  the loop model (torch flavor, repo --tuning) runs K {' '.join(map(str, runs))} for 1..{len(runs)} in flight"
+            if runs
+            else f"  no K beat plain decoding for one request: the loop keeps the spec's K {spec_k} at any load"
+        )
+        return lines
+
+
 class Workload(_Strict):
     source: str  # the --dataset, or "packaged prompts"
     prompts: int = Field(ge=1)
@@ -100,6 +169,7 @@ class TuningReport(_Strict):
     workload: Workload
     temperatures: list[TemperatureResult] = Field(min_length=1)
     step_costs: MeasuredStepCosts
+    measured_schedule: MeasuredSchedule | None = None  # with --url
 
     @model_validator(mode="after")
     def _known_version(self) -> TuningReport:
@@ -119,6 +189,18 @@ class TuningReport(_Strict):
     @property
     def recommended_k(self) -> int:
         return self.primary.recommended_k
+
+    @property
+    def max_batch_size(self) -> int:
+        """The spec's max_batch_size when tuned (its projected schedule covers 1..it)."""
+        return len(self.primary.k_schedule)
+
+    def loop_schedule(self, spec: Spec) -> tuple[int, ...] | None:
+        """The loop's K by requests in flight measured through a server (``tune --url``); None when
+        none was measured."""
+        if self.measured_schedule is None:
+            return None
+        return self.measured_schedule.loop_schedule(spec.num_draft_tokens, spec.engine.max_batch_size)
 
     def measured_step_costs(self) -> StepCosts:
         """The costs measured on the machine that tuned, with the measured alpha as the prior."""

@@ -31,10 +31,12 @@ class TorchFlavor(Flavor):
         return StepCosts.from_parameters(draft, target, verify_slope=CPU_VERIFY_SLOPE)
 
     def k_schedule(self, plan: Plan, acceptance: Acceptance) -> tuple[int, ...]:
-        """None: every request keeps its K at any load. On a CPU plain decoding does not gain from
-        batching, so speculation keeps paying under load: measured through Triton on the wide demo
-        pair at K 4, plain decoding gave 87 -> 95 -> 92 tok/s at 1 / 8 / 32 streams while
-        speculative decoding gave 136 -> 191 -> 198."""
+        """None from the plan alone: no model projects this machine's costs under load. The schedule
+        is measured instead, through a running server (``trt-spec tune --url``: each K against
+        plain decoding at each load), and ``repo --tuning`` writes it (``TuningReport.loop_schedule``).
+        Measured through Triton on the wide demo pair at K 4, plain decoding gave 87 -> 95 -> 92
+        tok/s at 1 / 8 / 32 streams while speculative decoding gave 136 -> 191 -> 198: on a CPU the
+        draft and target processes overlap under load, so speculation keeps paying."""
         return ()
 
     def gives_draft_logits(self, acceptance: str) -> bool:
