@@ -77,6 +77,8 @@ def test_loop_parameters_round_trip_the_schedule_and_the_prior():
         ("k_schedule", "4,5", r"0\.\.max_draft_len 4"),
         ("k_schedule", "4,-1", r"0\.\.max_draft_len 4"),
         ("prior_alpha", "1.5", r"prior_alpha must be in \[0, 1\]"),
+        ("prior_profile", "0.6,x", "prior_profile must be comma-separated fractions"),
+        ("prior_profile", "0.6,0.5", "needs the prior_alpha"),
     ],
 )
 def test_a_bad_schedule_or_prior_fails_the_load_naming_it(key, value, message):

@@ -4,6 +4,7 @@ recommendation, and the report read by plan, check, repo and bench --local."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from trt_spec.plan import make_plan
 from trt_spec.plan.projection import project_plan
 from trt_spec.plan.tuning import TuningReport, load_tuning
 from trt_spec.runtime.costs import AcceptanceProfile, StepCosts, expected_tokens_per_call
+from trt_spec.runtime.errors import GenerationParamsError
 from trt_spec.runtime.loop import AdaptiveDraftLength
 from trt_spec.spec import load_spec
 
@@ -66,6 +68,41 @@ def test_adaptive_k_starts_from_a_measured_prior():
     assert informed.next_num_draft_tokens() > uninformed.next_num_draft_tokens()
     informed.update(num_drafted=8, num_accepted=0)
     assert informed.alpha > 0.75
+
+
+# The wide pair on the packaged Python prompts (trt-spec tune, 4 x 64 tokens, 2026-12-04): drafts
+# past the first hold better than alpha^i says (position 4 given 3: 0.96).
+WIDE_PROFILE = (0.6533, 0.52, 0.3836, 0.3699, 0.1806, 0.1739, 0.0882, 0.0735)
+WIDE_COSTS = StepCosts(draft=0.1131, verify_slope=0.0340, prior_alpha=0.7247)
+
+
+def test_a_measured_profile_gives_adaptive_k_its_shape():
+    profiled = dataclasses.replace(WIDE_COSTS, prior_profile=WIDE_PROFILE)
+    profile = AcceptanceProfile(WIDE_PROFILE, 0.7247)
+    # At the prior the profile's own E(K); the i.i.d. form at the same alpha misses its shape.
+    for k in range(1, 9):
+        assert profiled.tokens_per_call(0.7247, k) == pytest.approx(profile.tokens_per_call(k))
+    assert WIDE_COSTS.tokens_per_call(0.7247, 4) == pytest.approx(expected_tokens_per_call(0.7247, 4))
+    # Past the profile, its last conditional acceptance; a request running below the prior gets less.
+    last = WIDE_PROFILE[-1] / WIDE_PROFILE[-2]
+    assert profiled.tokens_per_call(0.7247, 9) == pytest.approx(profile.tokens_per_call(8) + WIDE_PROFILE[-1] * last)
+    assert profiled.tokens_per_call(0.5, 4) < profiled.tokens_per_call(0.7247, 4)
+    # The K each picks as a request's running acceptance wanders around the prior (0.6-0.75 seen):
+    # the i.i.d. form flips between 3, 4 and 5, the profile stays at 4 (bench --local measured K 4
+    # fastest: 1.73-1.90x against K 3's 1.63-1.74x, docs/measurements.md).
+    for alpha, picks in ((0.68, (3, 4)), (0.7247, (4, 4)), (0.8, (5, 4))):
+        assert max(range(1, 9), key=lambda k: WIDE_COSTS.speedup(alpha, k)) == picks[0]
+        assert max(range(1, 9), key=lambda k: profiled.speedup(alpha, k)) == picks[1]
+    shaped = AdaptiveDraftLength(8, profiled)
+    assert shaped.next_num_draft_tokens() == 4
+    # A longer memory with the profile: two early rejections leave K where the profile put it.
+    for _ in range(2):
+        shaped.update(num_drafted=4, num_accepted=0)
+    assert shaped.next_num_draft_tokens() == 4
+    with pytest.raises(GenerationParamsError, match="prior_profile needs the prior_alpha"):
+        StepCosts(draft=0.1, verify_slope=0.0, prior_profile=WIDE_PROFILE)
+    with pytest.raises(GenerationParamsError, match="cannot exceed"):
+        StepCosts(draft=0.1, verify_slope=0.0, prior_alpha=0.7, prior_profile=(0.5, 0.6))
 
 
 # --- the command and its report ----------------------------------------------------------------
@@ -191,6 +228,7 @@ def test_repo_starts_adaptive_k_from_the_report(reports, chat_spec, tmp_path):
 
     torch_loop = loop_of("torch")
     assert torch_loop.prior == pytest.approx(report.primary.alpha, abs=1e-4)
+    assert torch_loop.profile == pytest.approx(report.primary.accepted_through, abs=1e-4)
     assert torch_loop.draft_cost == pytest.approx(report.step_costs.draft, abs=1e-4)
     assert torch_loop.schedule == ()
     trtllm_loop = loop_of("tensorrtllm")

@@ -203,8 +203,13 @@ class TuningReport(_Strict):
         return self.measured_schedule.loop_schedule(spec.num_draft_tokens, spec.engine.max_batch_size)
 
     def measured_step_costs(self) -> StepCosts:
-        """The costs measured on the machine that tuned, with the measured alpha as the prior."""
-        return StepCosts(self.step_costs.draft, self.step_costs.verify_slope, prior_alpha=self.primary.alpha)
+        """The costs measured on the machine that tuned, with the measured alpha and profile as the prior."""
+        return StepCosts(
+            self.step_costs.draft,
+            self.step_costs.verify_slope,
+            prior_alpha=self.primary.alpha,
+            prior_profile=tuple(self.primary.accepted_through),
+        )
 
     def check_matches(self, spec: Spec) -> None:
         """Raises SpecError when the report was measured on another pair than the spec's."""

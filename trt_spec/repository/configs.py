@@ -244,6 +244,7 @@ def loop_config(settings: RepositorySettings) -> ModelConfig:
             verify_slope=round(settings.step_costs.verify_slope, 4),
             k_schedule=LoopParameters.schedule_text(settings.k_schedule),
             prior_alpha=NO_PRIOR_ALPHA if prior is None else round(prior, 4),
+            prior_profile=",".join(f"{value:.4f}" for value in settings.step_costs.prior_profile),
         ),
         decoupled=True,
     )

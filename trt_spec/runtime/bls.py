@@ -66,7 +66,6 @@ import numpy as np
 import torch
 
 from trt_spec.runtime import tensors as T
-from trt_spec.runtime.costs import StepCosts
 from trt_spec.runtime.errors import GenerationParamsError
 from trt_spec.runtime.loop import PLAIN_DECODING, GenerationParams, LoopState, call_seed
 from trt_spec.runtime.parameters import LoopParameters
@@ -191,7 +190,7 @@ def _read_prompt(inputs: Mapping[str, np.ndarray], settings: LoopParameters, row
         adaptive_draft=adaptive and num_draft_tokens > 0,
         eos_token_ids=frozenset({end_id}),
         stop_sequences=T.stop_words_from_list(stop_words[0].tolist()),
-        step_costs=StepCosts(settings.draft_cost, settings.verify_slope, settings.prior),
+        step_costs=settings.step_costs(),
     )
     seed, alias = _value(inputs, T.SEED.name), _value(inputs, T.RANDOM_SEED.name)
     if seed is not None and alias is not None and seed != alias:

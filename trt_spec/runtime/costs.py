@@ -145,14 +145,19 @@ class StepCosts:
 
     ``prior_alpha``: the acceptance adaptive K starts each request from, measured on the user's
     prompts (``trt-spec tune``); ``None``: an uninformed start (0.5, weighed as two decisions).
+    ``prior_profile``: the same run's acceptance per draft position (``AcceptanceProfile``'s
+    ``accepted_through``); with it, E(K) at a request's running acceptance is the profile's shape
+    tilted to it (:meth:`tokens_per_call`) rather than the i.i.d. 1 + alpha + ... + alpha^K.
 
     Raises:
-        GenerationParamsError: a cost that is negative or not finite.
+        GenerationParamsError: a cost that is negative or not finite, or a profile without a prior
+            or not a valid profile.
     """
 
     draft: float
     verify_slope: float
     prior_alpha: float | None = None
+    prior_profile: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if not (0 <= self.draft < float("inf") and 0 <= self.verify_slope < float("inf")):
@@ -161,6 +166,13 @@ class StepCosts:
             )
         if self.prior_alpha is not None and not 0 <= self.prior_alpha <= 1:
             raise GenerationParamsError(f"prior_alpha must be in [0, 1]; got {self.prior_alpha}")
+        if self.prior_profile:
+            if not self.prior_alpha:
+                raise GenerationParamsError("prior_profile needs the prior_alpha it was measured with (above 0)")
+            try:
+                AcceptanceProfile(self.prior_profile, self.prior_alpha)
+            except ValueError as exc:
+                raise GenerationParamsError(f"prior_profile: {exc}") from None
 
     @classmethod
     def from_parameters(cls, draft_params: float, target_params: float, verify_slope: float) -> StepCosts:
@@ -168,10 +180,28 @@ class StepCosts:
         weight once; embeddings left out: a step reads only its tokens' rows)."""
         return cls(draft=draft_params / target_params, verify_slope=verify_slope)
 
+    def tokens_per_call(self, alpha: float, num_draft_tokens: int) -> float:
+        """E at K for a request whose running acceptance is ``alpha``. With a measured profile: each
+        position's conditional acceptance (accepted through i over through i - 1; past the profile,
+        its last) times alpha / ``prior_alpha``, at most 1, so at the prior E is the profile's own
+        E(K); on code the draft's later guesses hold better than alpha^i says (a run of tokens is
+        either guessed or not), which the i.i.d. form misses. Without: 1 + alpha + ... + alpha^K."""
+        if not self.prior_profile or not self.prior_alpha:
+            return expected_tokens_per_call(alpha, num_draft_tokens)
+        tilt = alpha / self.prior_alpha
+        through = (1.0, *self.prior_profile)
+        total = running = 1.0
+        for position in range(1, num_draft_tokens + 1):
+            index = min(position, len(through) - 1)
+            conditional = through[index] / through[index - 1] if through[index - 1] else 0.0
+            running *= min(1.0, conditional * tilt)
+            total += running
+        return total
+
     def speedup(self, alpha: float, num_draft_tokens: int) -> float:
         """:func:`speedup` of K drafts at acceptance alpha, with r = 1 + K x ``verify_slope``."""
         k = num_draft_tokens
-        return speedup(k, self.draft, 1 + k * self.verify_slope, expected_tokens_per_call(alpha, k))
+        return speedup(k, self.draft, 1 + k * self.verify_slope, self.tokens_per_call(alpha, k))
 
 
 # The PyTorch twin on a CPU with its oneDNN projections (torch_engine._Linear; bench --local, wide

@@ -174,7 +174,8 @@ class AdaptiveDraftLength:
     """Chooses K each step to maximise expected tokens per second at the running acceptance.
 
     Tokens per second of K is E(alpha, K) / (K t_d + t_{K+1}) (Leviathan et al. 2023, section
-    3.4), with the deployment's fixed :class:`StepCosts`; alpha is an exponential moving average
+    3.4; E from the measured profile where the costs carry one, :meth:`StepCosts.tokens_per_call`),
+    with the deployment's fixed :class:`StepCosts`; alpha is an exponential moving average
     of this request's accept/reject decisions, so K follows the local acceptance rate and depends
     on the tokens alone. Never chooses 0: without drafts alpha could not be observed.
     """
@@ -184,14 +185,21 @@ class AdaptiveDraftLength:
     # Informed (costs.prior_alpha, measured on the user's prompts): the prior weighs what the
     # moving average holds in steady state, as if the request had already run that long at it.
     MEASURED_PRIOR_DECISIONS = 1 / (1 - SMOOTHING)
+    # With the measured profile too (costs.prior_profile): a longer memory and a heavier prior, so
+    # that a few rejections do not move K off the profile's best. Chosen by measurement (wide pair,
+    # bench --local, docs/measurements.md): the profile with 0.9 and 10 or 40 decisions, or 0.95 and
+    # 20, chose K as the i.i.d. form does (2.61 tokens per target call); 0.95 and 40, 2.88.
+    PROFILE_SMOOTHING = 0.95
+    PROFILE_PRIOR_DECISIONS = 40.0
 
     def __init__(self, max_draft_tokens: int, costs: StepCosts = DEFAULT_STEP_COSTS):
         self.max_draft_tokens = max_draft_tokens
         self.costs = costs
+        self.smoothing = self.PROFILE_SMOOTHING if costs.prior_profile else self.SMOOTHING
         if costs.prior_alpha is None:
             self._accepted, self._decided = self.PRIOR_DECISIONS / 2, self.PRIOR_DECISIONS
         else:
-            self._decided = self.MEASURED_PRIOR_DECISIONS
+            self._decided = self.PROFILE_PRIOR_DECISIONS if costs.prior_profile else self.MEASURED_PRIOR_DECISIONS
             self._accepted = costs.prior_alpha * self._decided
 
     @property
@@ -203,7 +211,7 @@ class AdaptiveDraftLength:
         return max(range(1, self.max_draft_tokens + 1), key=lambda k: self.costs.speedup(alpha, k))
 
     def update(self, num_drafted: int, num_accepted: int) -> None:
-        decay = self.SMOOTHING
+        decay = self.smoothing
         self._accepted = decay * self._accepted + num_accepted
         self._decided = decay * self._decided + num_accepted + (num_accepted < num_drafted)
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
 from trt_spec.runtime import tensors as T
-from trt_spec.runtime.errors import ModelParametersError
+from trt_spec.runtime.costs import StepCosts
+from trt_spec.runtime.errors import GenerationParamsError, ModelParametersError
 
 # The longest draft a spec may ask for (``speculative.num_draft_tokens``) and a request may send.
 MAX_DRAFT_TOKENS = 16
@@ -174,6 +175,9 @@ class LoopParameters(ModelParameters):
     # Adaptive K's starting acceptance (StepCosts.prior_alpha, measured on the user's prompts);
     # NO_PRIOR_ALPHA (negative) = none: an uninformed start.
     prior_alpha: float = NO_PRIOR_ALPHA
+    # The same run's acceptance per draft position (StepCosts.prior_profile): comma-separated
+    # fractions accepted through positions 1, 2, ...; "" = none (adaptive K's E is i.i.d.).
+    prior_profile: str = ""
     # Without use_draft_logits, sampled requests still speculate, verified by token matching (the
     # target's own sample at each position; exact in distribution where the target engine draws every
     # position from its distribution: the torch flavor's twin, as TensorRT-LLM's PyTorch backend does
@@ -199,6 +203,14 @@ class LoopParameters(ModelParameters):
             raise ModelParametersError(
                 f"{model}: prior_alpha must be in [0, 1], or negative for none; got {self.prior_alpha}; {_FIX}"
             )
+        try:
+            StepCosts(max(self.draft_cost, 0.0), max(self.verify_slope, 0.0), self.prior, self.profile)
+        except (ValueError, GenerationParamsError) as exc:
+            raise ModelParametersError(
+                f"{model}: prior_profile must be comma-separated fractions accepted through positions 1, 2, ... "
+                f"(each in [0, 1], none above the one before) with a prior_alpha; got {self.prior_profile!r} "
+                f"({exc}); {_FIX}"
+            ) from None
 
     @property
     def engines_return_logits(self) -> bool:
@@ -227,6 +239,19 @@ class LoopParameters(ModelParameters):
     def prior(self) -> float | None:
         """``prior_alpha``, or ``None`` for none (a negative value)."""
         return None if self.prior_alpha < 0 else self.prior_alpha
+
+    @property
+    def profile(self) -> tuple[float, ...]:
+        """``prior_profile`` as fractions; () = none.
+
+        Raises:
+            ValueError: an entry that is not a number.
+        """
+        return tuple(float(value) for value in self.prior_profile.split(",")) if self.prior_profile.strip() else ()
+
+    def step_costs(self) -> StepCosts:
+        """Adaptive K's fixed costs, prior and profile as this config gives them."""
+        return StepCosts(self.draft_cost, self.verify_slope, self.prior, self.profile)
 
     @staticmethod
     def schedule_text(schedule: Sequence[int]) -> str:

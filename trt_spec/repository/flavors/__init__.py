@@ -31,7 +31,7 @@ from trt_spec.plan.projection import DEFAULT_ALPHA
 from trt_spec.repository import configs
 from trt_spec.repository.configs import EngineSettings, ModelConfig, RepositorySettings
 from trt_spec.runtime import tensors as T
-from trt_spec.runtime.costs import Acceptance, StepCosts, alpha_of
+from trt_spec.runtime.costs import Acceptance, AcceptanceProfile, StepCosts, alpha_of
 from trt_spec.runtime.tensors import ROLES
 from trt_spec.spec import Spec
 
@@ -224,7 +224,8 @@ def settings_from_plan(
     costs = step_costs if step_costs is not None else chosen.step_costs(plan)
     schedule_acceptance: Acceptance = DEFAULT_ALPHA
     if acceptance is not None:
-        costs = dataclasses.replace(costs, prior_alpha=alpha_of(acceptance))
+        profile = acceptance.accepted_through if isinstance(acceptance, AcceptanceProfile) else ()
+        costs = dataclasses.replace(costs, prior_alpha=alpha_of(acceptance), prior_profile=profile)
         schedule_acceptance = acceptance
     engines = {}
     for role in ROLES:
