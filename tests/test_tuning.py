@@ -266,3 +266,12 @@ def test_a_measured_schedule_is_a_step_function_of_load_down_to_plain_decoding()
     assert losing.loop_schedule(spec_k=4, max_batch_size=4) == ()  # no K pays alone: no schedule
     with pytest.raises(ValueError, match="must start at 1 request in flight"):
         MeasuredSchedule(url="u", temperature=0, prompts=1, max_new_tokens=8, points=[point(4, k4=1.2)])
+
+
+def test_tune_url_fails_at_once_without_a_server():
+    from trt_spec.serving.server import free_port
+
+    result = CliRunner().invoke(main, ["tune", "--spec", str(DEMO_SPEC), "--url", f"127.0.0.1:{free_port()}"])
+    assert result.exit_code == 1 and "no Triton server answers" in result.output and "tuned" not in result.output
+    result = CliRunner().invoke(main, ["tune", "--spec", str(DEMO_SPEC), "--in-flight", "4"])
+    assert result.exit_code == 2 and "--in-flight goes with --url" in result.output

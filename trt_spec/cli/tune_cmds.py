@@ -113,6 +113,7 @@ def tune(
 
     from trt_spec.bench.plot import write_tuning_plot
     from trt_spec.bench.prompts import PROMPT_CHARS, prompt_texts
+    from trt_spec.bench.server import server_default_k
     from trt_spec.bench.tuning import (
         DEFAULT_KS,
         DEFAULT_LOADS,
@@ -130,6 +131,13 @@ def tune(
         raise click.UsageError("--in-flight goes with --url HOST:PORT (a running server of the spec's repository)")
     spec = read_spec(spec_path)
     plan = make_plan(spec)
+    if url is not None:  # now, not after minutes of measuring in-process
+        served_k = server_default_k(url)
+        if served_k != spec.num_draft_tokens:
+            raise click.UsageError(
+                f"the server at {url} serves K = {served_k} (its default num_draft_tokens), the spec has K = "
+                f"{spec.num_draft_tokens}: serve this spec's repository (trt-spec repo --spec {spec_path})"
+            )
     if plot_path:
         try:
             import matplotlib  # noqa: F401  (fail now, not after minutes of measuring)
