@@ -461,6 +461,7 @@ def test_loop_parameters_from_the_config():
         "verify_slope": str(DEFAULT_STEP_COSTS.verify_slope),
         "k_schedule": "",  # no K schedule
         "prior_alpha": "-1",  # no prior acceptance
+        "prior_profile": "",  # nor a measured profile
         "sampled_token_match": "false",
     }
     config = {"name": T.LOOP, "parameters": {key: {"string_value": value} for key, value in given.items()}}
