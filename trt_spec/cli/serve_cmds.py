@@ -290,6 +290,10 @@ def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_thread
     chosen = FLAVORS[flavor or spec.triton.flavor]
     if trtllm_version is not None and not chosen.takes_trtllm_version:
         raise click.UsageError(f"--trtllm-version is for the llmapi flavor; this repository's flavor is {chosen.name}")
+    # The report's measured costs and K by requests in flight (tune --url) only where the flavor runs
+    # on the kind of machine that tuned (its CPU times say nothing about a GPU).
+    measured_here = tuning if tuning and chosen.uses_measured_step_costs else None
+    schedule = measured_here.loop_schedule(spec) if measured_here else None
     result = write_repository(
         spec,
         out_dir,
@@ -298,20 +302,16 @@ def repo(spec_path, flavor, out_dir, engines_mount, adaptive_draft, torch_thread
         adaptive_draft=adaptive_draft,
         torch_threads=torch_threads,
         acceptance=tuning.acceptance if tuning else None,
-        # The report's measured costs only where the flavor runs on the kind of machine that tuned
-        # (its CPU times say nothing about a GPU).
-        step_costs=tuning.measured_step_costs() if tuning and chosen.uses_measured_step_costs else None,
-        # Likewise its K by requests in flight measured through a server (tune --url).
-        k_schedule=tuning.loop_schedule(spec) if tuning and chosen.uses_measured_step_costs else None,
+        step_costs=measured_here.measured_step_costs() if measured_here else None,
+        k_schedule=schedule,
         trtllm_version=trtllm_version,
     )
     for note in result.notes:
         click.echo(f"note: {note}")
-    measured = tuning.loop_schedule(spec) if tuning and chosen.uses_measured_step_costs else None
-    if measured and tuning and tuning.measured_schedule:
+    if schedule and measured_here and measured_here.measured_schedule:
         click.echo(
-            f"note: the loop runs K {' '.join(map(str, measured))} for 1..{len(measured)} requests in flight, "
-            f"as measured through {tuning.measured_schedule.url} (trt-spec tune --url)"
+            f"note: the loop runs K {' '.join(map(str, schedule))} for 1..{len(schedule)} requests in flight, "
+            f"as measured through {measured_here.measured_schedule.url} (trt-spec tune --url)"
         )
     click.echo(f"wrote {result.path} ({result.flavor} flavor): {', '.join(result.models)}")
     click.echo(f"next: {chosen.next_step(result.path)}")

@@ -146,7 +146,7 @@ def tune(
     if threads:
         torch.set_num_threads(threads)
     pair = load_twin(spec, device, runner)
-    prompts, source, texts = None, "packaged prompts", prompt_texts(num_prompts or 8, PROMPT_CHARS)
+    prompts, source, texts = None, "packaged prompts", None
     if dataset is not None:
         workload = load_dataset_workload(
             dataset,
@@ -174,7 +174,7 @@ def tune(
     if url is not None:
         schedule = measure_schedule(
             url,
-            texts,
+            texts or prompt_texts(num_prompts or 8, PROMPT_CHARS),
             # The server's engines take K up to the spec's (max_draft_len); the spec's K is the loop's default.
             ks=sorted({k for k in ks or DEFAULT_KS if k <= spec.num_draft_tokens} | {spec.num_draft_tokens}),
             loads=loads or DEFAULT_LOADS,

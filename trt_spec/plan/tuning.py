@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trt_spec.errors import SpecError
+from trt_spec.plan.projection import ScheduleStep, loop_schedule
 from trt_spec.runtime.costs import AcceptanceProfile, StepCosts
 from trt_spec.spec import Spec
 
@@ -112,20 +113,17 @@ class MeasuredSchedule(_Strict):
             raise ValueError(f"points must start at 1 request in flight and increase; got {loads}")
         return self
 
-    def best_k(self, in_flight: int) -> int:
-        """The best K measured at the largest load measured that is not above ``in_flight``."""
-        return [point for point in self.points if point.in_flight <= in_flight][-1].best_k
-
     def loop_schedule(self, spec_k: int, max_batch_size: int) -> tuple[int, ...]:
         """What the loop model runs for 1..``max_batch_size`` requests in flight, by the rule of the
-        projected schedule (:func:`~trt_spec.plan.projection.loop_schedule`): the spec's K while
-        load leaves the measured best where it is for one request, the measured best (at most the
-        spec's K, the engine's max_draft_len) where load lowers it, 0 where plain decoding was faster."""
-        alone = self.best_k(1)
-        if alone == 0:
-            return ()
-        loads = [self.best_k(in_flight) for in_flight in range(1, max_batch_size + 1)]
-        return tuple(spec_k if k >= alone else min(k, spec_k) for k in loads)
+        projected schedule (:func:`~trt_spec.plan.projection.loop_schedule`) applied to the measured
+        best K per load: the spec's K while load leaves it where it is for one request, the measured
+        best (at most the spec's K, the engine's max_draft_len) where load lowers it, 0 where plain
+        decoding was faster."""
+        steps = []
+        for in_flight in range(1, max_batch_size + 1):
+            point = [point for point in self.points if point.in_flight <= in_flight][-1]
+            steps.append(ScheduleStep(in_flight, point.best_k, point.speedups.get(point.best_k, 1.0)))
+        return loop_schedule(steps, spec_k)
 
     def render(self, spec_k: int, max_batch_size: int) -> list[str]:
         lines = [
