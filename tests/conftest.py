@@ -158,6 +158,13 @@ def decode(target, tokens) -> str:
     return target[1].decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
 
+def parsed_parameters(parameters_class, config):
+    """A written model config's parameters (a ModelConfig) parsed as its model parses them: Triton
+    hands ``initialize`` each parameter as ``{"string_value": text}``."""
+    given = {key: {"string_value": value.string_value} for key, value in config.parameters.items()}
+    return parameters_class.from_config({"name": config.name, "parameters": given})
+
+
 def stub_alive(pid: int) -> bool:
     """A python-backend stub still runs as ``pid`` (not a zombie; pids are reused quickly here)."""
     from pathlib import Path

@@ -21,7 +21,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from conftest import EXAMPLES, decode, greedy_reference
+from conftest import EXAMPLES, decode, greedy_reference, parsed_parameters
 from test_twin import PROMPT
 from test_twin_engine import LocalEngines, loop_inputs, loop_parameters, models, twin_engines  # noqa: F401
 
@@ -102,9 +102,7 @@ def plan():
 
 
 def _loop_parameters(settings: configs.RepositorySettings) -> LoopParameters:
-    config = configs.loop_config(settings)
-    parameters = {key: {"string_value": value.string_value} for key, value in config.parameters.items()}
-    return LoopParameters.from_config({"name": config.name, "parameters": parameters})
+    return parsed_parameters(LoopParameters, configs.loop_config(settings))
 
 
 def test_the_loop_keeps_the_specs_k_until_load_lowers_the_projected_best():

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import EXAMPLES, decode, greedy_reference
+from conftest import EXAMPLES, decode, greedy_reference, parsed_parameters
 
 from trt_spec.bench.prompts import prompt_texts
 from trt_spec.cli import main
@@ -276,9 +276,7 @@ def test_tune_measures_the_torch_flavors_k_schedule_through_the_server(server, t
     args = ["repo", "--spec", str(spec_path), "--flavor", "torch", "-o", str(out), "--tuning", str(report_path)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    config = read_config(out / T.LOOP / "config.pbtxt")
-    parameters = {key: {"string_value": value.string_value} for key, value in config.parameters.items()}
-    loop = LoopParameters.from_config({"name": T.LOOP, "parameters": parameters})
+    loop = parsed_parameters(LoopParameters, read_config(out / T.LOOP / "config.pbtxt"))
     alone, loaded = (point.best_k for point in measured.points)
     if alone == 0:
         assert loop.schedule == ()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import parsed_parameters
 
 from trt_spec.repository import configs, flavors
 from trt_spec.runtime import tensors as T
@@ -356,8 +357,7 @@ def test_model_tensor_names_match_the_generated_configs(pre):
 
     plan = make_plan(load_spec(ROOT / "examples" / "pystdlib-demo.yaml"))
     config = configs.preprocessing_config(flavors.settings_from_plan(plan))
-    parameters = {key: {"string_value": value.string_value} for key, value in config.parameters.items()}
-    limits = PreprocessingParameters.from_config({"name": config.name, "parameters": parameters})
+    limits = parsed_parameters(PreprocessingParameters, config)
     assert limits.max_draft_len == plan.spec.num_draft_tokens
     assert limits.max_seq_len == plan.spec.engine.max_seq_len
     assert {i.name for i in config.input} == {t.name for t in T.PREPROCESSING_INPUTS}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import CHAT, CODE, EXAMPLES
+from conftest import CHAT, CODE, EXAMPLES, parsed_parameters
 
 from trt_spec.cli import main
 from trt_spec.errors import SpecError
@@ -221,10 +221,7 @@ def test_repo_starts_adaptive_k_from_the_report(reports, chat_spec, tmp_path):
         args = ["repo", "--spec", str(chat_spec), "--flavor", flavor, "-o", str(out), "--tuning", str(reports["code"])]
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 0, result.output
-        config = read_config(out / T.LOOP / "config.pbtxt")
-        return LoopParameters.from_config(
-            {"name": T.LOOP, "parameters": {k: {"string_value": v.string_value} for k, v in config.parameters.items()}}
-        )
+        return parsed_parameters(LoopParameters, read_config(out / T.LOOP / "config.pbtxt"))
 
     torch_loop = loop_of("torch")
     assert torch_loop.prior == pytest.approx(report.primary.alpha, abs=1e-4)
