@@ -187,11 +187,34 @@ def test_adaptive_draft_length_follows_acceptance():
         always_right.update(k, k)
     assert always_right.next_num_draft_tokens() == 8
 
+    # A draft that is never right: down to plain decoding (K 0), probing with K 1 once in a while.
     always_wrong = AdaptiveDraftLength(max_draft_tokens=8, costs=gpu_like)
-    for _ in range(20):
+    chosen = []
+    for _ in range(80):
         k = always_wrong.next_num_draft_tokens()
-        always_wrong.update(k, 0)
-    assert always_wrong.next_num_draft_tokens() == 1
+        chosen.append(k)
+        if k:
+            always_wrong.update(k, 0)
+    steady = chosen[40:]
+    assert steady.count(0) >= len(steady) * AdaptiveDraftLength.PROBE_EVERY // (AdaptiveDraftLength.PROBE_EVERY + 1)
+    assert set(steady) == {0, AdaptiveDraftLength.PROBE_K}
+
+
+def test_adaptive_k_comes_back_after_accepted_probes():
+    gpu_like = StepCosts(draft=0.1, verify_slope=0.0)
+    adaptive = AdaptiveDraftLength(max_draft_tokens=8, costs=gpu_like)
+    for _ in range(60):  # collapse: every draft rejected
+        k = adaptive.next_num_draft_tokens()
+        if k:
+            adaptive.update(k, 0)
+    assert adaptive.next_num_draft_tokens() == 0
+    steps_to_recover = 0
+    while (k := adaptive.next_num_draft_tokens()) <= AdaptiveDraftLength.PROBE_K:
+        steps_to_recover += 1
+        if k:
+            adaptive.update(k, k)  # the text turned predictable: every probe accepted
+    # one wait for the first probe, then probes back to back until K > 1 pays
+    assert steps_to_recover <= AdaptiveDraftLength.PROBE_EVERY + 8, steps_to_recover
 
 
 def test_adaptive_k_is_the_cost_models_best_and_depends_on_the_tokens_alone():

@@ -14,7 +14,7 @@ from trt_spec.plan.memory import GIB, MIB
 from trt_spec.spec import load_spec, parse_spec
 
 GOLDEN = ROOT / "tests" / "golden"
-EXAMPLE_SPECS = ["llama70b-1b-4xh100.yaml", "llama8b-1b-h200.yaml", "pystdlib-demo.yaml"]
+EXAMPLE_SPECS = ["llama70b-1b-4xh100.yaml", "llama8b-1b-h200.yaml", "pystdlib-demo.yaml", "pystdlib-demo-lookup.yaml"]
 
 
 def plan_json(example: str) -> dict:

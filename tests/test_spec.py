@@ -88,7 +88,7 @@ def test_bad_values_name_key_and_value(key_path, value, expected):
 def test_missing_required_key():
     data = dict(MINIMAL)
     del data["draft"]
-    with pytest.raises(SpecError, match=r"^draft: required key is missing$"):
+    with pytest.raises(SpecError, match=r"^draft: required for speculative.method draft_target .* prompt_lookup"):
         parse_spec(data)
 
 

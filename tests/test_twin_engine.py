@@ -9,7 +9,7 @@ import asyncio
 import numpy as np
 import pytest
 import torch
-from test_twin import PROMPT, early_exit_draft, reference_greedy, tiny_llama
+from test_twin import PROMPT, VOCAB, early_exit_draft, reference_greedy, tiny_llama
 
 from trt_spec.errors import GenerationParamsError
 from trt_spec.runtime import bls
@@ -44,6 +44,7 @@ def loop_parameters(
         use_draft_logits=use_draft_logits,
         draft_cost=DEFAULT_STEP_COSTS.draft,  # the in-process loop's default: the same K sequence
         verify_slope=DEFAULT_STEP_COSTS.verify_slope,
+        vocab_size=VOCAB,
     )
 
 
@@ -463,6 +464,10 @@ def test_loop_parameters_from_the_config():
         "prior_alpha": "-1",  # no prior acceptance
         "prior_profile": "",  # nor a measured profile
         "sampled_token_match": "false",
+        "method": "draft_target",
+        "lookup_min_ngram": "1",
+        "lookup_max_ngram": "3",
+        "vocab_size": str(VOCAB),
     }
     config = {"name": T.LOOP, "parameters": {key: {"string_value": value} for key, value in given.items()}}
     settings = LoopParameters.from_config(config)

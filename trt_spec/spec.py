@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -26,6 +26,7 @@ from pydantic import (
 
 from trt_spec.errors import SpecError
 from trt_spec.gpus import GpuName
+from trt_spec.runtime import methods
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
 TP_SIZES = (1, 2, 4, 8)
@@ -61,13 +62,54 @@ class ModelSpec(_Section):
         return None
 
 
+class PromptLookupSpec(_Section):
+    """``speculative.prompt_lookup``: the suffix n-grams matched against the request's tokens."""
+
+    max_ngram: int = Field(
+        methods.DEFAULT_MAX_NGRAM,
+        ge=1,
+        le=methods.MAX_NGRAM_LIMIT,
+        description="longest suffix n-gram matched (TensorRT-LLM: max_matching_ngram_size)",
+    )
+    min_ngram: int = Field(methods.DEFAULT_MIN_NGRAM, ge=1, description="shortest suffix n-gram matched")
+
+    @field_validator("min_ngram")
+    @classmethod
+    def _check_order(cls, min_ngram: int, info: ValidationInfo) -> int:
+        max_ngram = info.data.get("max_ngram")
+        if max_ngram is not None and min_ngram > max_ngram:
+            raise ValueError(
+                f"speculative.prompt_lookup.min_ngram ({min_ngram}) is larger than max_ngram ({max_ngram}); "
+                f"set min_ngram <= max_ngram"
+            )
+        return min_ngram
+
+    @property
+    def params(self) -> methods.LookupParams:
+        return methods.LookupParams(min_ngram=self.min_ngram, max_ngram=self.max_ngram)
+
+
 class SpeculativeSpec(_Section):
+    method: str = Field(methods.DEFAULT_METHOD, description=f"where drafts come from: {' | '.join(methods.names())}")
     num_draft_tokens: int = Field(
         5, ge=1, le=MAX_DRAFT_TOKENS, description="K: tokens drafted per step; the target's max_draft_len"
     )
     acceptance: Literal["greedy", "probabilistic"] = Field(
         "greedy", description="greedy, or rejection sampling with the draft's logits"
     )
+    prompt_lookup: PromptLookupSpec = PromptLookupSpec()
+
+    @field_validator("method")
+    @classmethod
+    def _check_method(cls, method: str) -> str:
+        if method not in methods.METHODS:
+            raise ValueError(f"unknown method {method!r}; choose one of {', '.join(methods.names())}")
+        return method
+
+    @property
+    def speculation(self) -> methods.Method:
+        """The registered method (``trt_spec.runtime.methods``)."""
+        return methods.get(self.method)
 
 
 class EngineSpec(_Section):
@@ -105,7 +147,7 @@ class Spec(_Section):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=100)
     target: ModelSpec
-    draft: ModelSpec
+    draft: ModelSpec | None = None  # required by the methods with a draft model, refused by the others
     speculative: SpeculativeSpec = SpeculativeSpec()
     engine: EngineSpec = EngineSpec()
     triton: TritonSpec = TritonSpec()
@@ -116,9 +158,9 @@ class Spec(_Section):
 
     @field_validator("draft")
     @classmethod
-    def _check_pair(cls, draft: ModelSpec, info: ValidationInfo) -> ModelSpec:
+    def _check_pair(cls, draft: ModelSpec | None, info: ValidationInfo) -> ModelSpec | None:
         target = info.data.get("target")
-        if target is not None and draft.tp_size > target.tp_size:
+        if draft is not None and target is not None and draft.tp_size > target.tp_size:
             raise ValueError(
                 f"draft.tp_size ({draft.tp_size}) is larger than target.tp_size "
                 f"({target.tp_size}); the draft runs on the target's GPUs"
@@ -133,9 +175,35 @@ class Spec(_Section):
     def num_draft_tokens(self) -> int:
         return self.speculative.num_draft_tokens
 
+    @property
+    def method(self) -> methods.Method:
+        """The speculation method (``speculative.method``)."""
+        return self.speculative.speculation
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The models this spec deploys: ``("target", "draft")``, or ``("target",)`` for a method
+        without a draft model."""
+        return self.method.roles
+
+    @property
+    def has_draft(self) -> bool:
+        return self.draft is not None
+
     def role(self, role: str) -> ModelSpec:
-        """``target`` or ``draft``."""
-        return {"target": self.target, "draft": self.draft}[role]
+        """``target``, or ``draft`` where the method has one.
+
+        Raises:
+            KeyError: ``draft`` of a spec without a draft model.
+        """
+        model = {"target": self.target, "draft": self.draft}[role]
+        if model is None:
+            raise KeyError(f"speculative.method {self.speculative.method} has no {role} model")
+        return model
+
+    def draft_spec(self) -> ModelSpec:
+        """The draft section, for code that runs only for methods with a draft model."""
+        return self.role("draft")
 
     def content_hash(self) -> str:
         """sha256 of the spec's values (not its formatting or comments)."""
@@ -159,6 +227,7 @@ def parse_spec(data: Any, *, source_dir: Path | None = None, path: Path | None =
     except ValidationError as exc:
         raise _spec_error(exc, data, path) from None
     spec._source_dir = (source_dir or Path.cwd()).resolve()
+    _check_method_models(spec, path)
     _check_model_refs(spec, path)
     return spec
 
@@ -185,8 +254,27 @@ def load_spec(path: str | Path) -> Spec:
     return parse_spec(data, source_dir=path.parent, path=path)
 
 
+def _check_method_models(spec: Spec, path: Path | None) -> None:
+    method = spec.method
+    if method.uses_draft_model and spec.draft is None:
+        raise SpecError(
+            f"draft: required for speculative.method {method.name} ({method.summary}); add a draft section "
+            f"(draft: {{model: ...}}) or set speculative.method: prompt_lookup, which needs no draft model",
+            key_path="draft",
+            path=path,
+        )
+    if not method.uses_draft_model and spec.draft is not None:
+        raise SpecError(
+            f"draft: speculative.method {method.name} uses no draft model, but the spec names "
+            f"{spec.draft.model!r}; remove the draft section, or set speculative.method: hybrid to use "
+            f"the draft model where the lookup finds no match",
+            key_path="draft",
+            path=path,
+        )
+
+
 def _check_model_refs(spec: Spec, path: Path | None) -> None:
-    for role in ("target", "draft"):
+    for role in spec.roles:
         ref = spec.role(role)
         if ref.local_dir(spec.source_dir) is not None:
             continue
@@ -228,9 +316,12 @@ def _section_model(loc: list[str]) -> type[BaseModel] | None:
     model: type[BaseModel] = Spec
     for part in loc:
         field = model.model_fields.get(part)
-        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
+        # An optional section (draft: ModelSpec | None) is its model.
+        annotation = next((arg for arg in get_args(field.annotation) if arg is not type(None)), None) if field else None
+        annotation = field.annotation if field and annotation is None else annotation
+        if not isinstance(annotation, type) or not issubclass(annotation, BaseModel):
             return None
-        model = field.annotation
+        model = annotation
     return model
 
 

@@ -23,8 +23,10 @@ from typing import Any
 import torch
 
 from trt_spec.errors import GenerationParamsError, PairMismatch
+from trt_spec.runtime import methods
 from trt_spec.runtime.costs import CPU_VERIFY_SLOPE, StepCosts
 from trt_spec.runtime.loop import NO_DRAFT, Draft, Generation, GenerationParams
+from trt_spec.runtime.methods import DRAFT_MODEL
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 from trt_spec.runtime.penalties import ENGINE_DEFAULT_PENALTIES, Penalties
 from trt_spec.runtime.sampling import SamplingParams
@@ -115,6 +117,44 @@ class TorchDrafter:
         return Draft(tokens=answer.tokens, probs=torch.cat(answer.probs) if answer.probs else None)  # [k, V]
 
 
+class MethodDrafter:
+    """The spec's speculation method as an in-process :class:`~trt_spec.runtime.loop.Drafter`: the
+    drafts the method takes from the context (``methods.Method.propose``: prompt lookup), else the
+    draft model's (``model_drafter``; ``None`` for a method without one), as the loop model's
+    ``bls.StepProposer`` chooses them. A sampled lookup draft carries its point mass as one-hot
+    ``probs`` ``[k, V]``, the distribution the served target gets as ``draft_logits``."""
+
+    def __init__(
+        self,
+        method: methods.Method,
+        lookup: methods.LookupParams,
+        model_drafter: TorchDrafter | None,
+        vocab_size: int,
+    ):
+        if method.uses_draft_model and model_drafter is None:
+            raise ValueError(f"speculative.method {method.name} needs a draft model")
+        self.method, self.lookup, self.model_drafter, self.vocab_size = method, lookup, model_drafter, vocab_size
+
+    def propose(
+        self,
+        sequence: Sequence[int],
+        num_draft_tokens: int,
+        sampling: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> Draft:
+        proposal = self.method.propose(sequence, num_draft_tokens, self.lookup)
+        if proposal is None:
+            assert self.model_drafter is not None  # __init__: a method that asks for one has one
+            return replace(
+                self.model_drafter.propose(sequence, num_draft_tokens, sampling, generator), source=DRAFT_MODEL
+            )
+        probs = None
+        if proposal.tokens and not sampling.greedy:
+            probs = torch.zeros(len(proposal.tokens), self.vocab_size)  # [k, V]
+            probs[torch.arange(len(proposal.tokens)), torch.tensor(proposal.tokens)] = 1.0
+        return Draft(tokens=proposal.tokens, probs=probs, source=proposal.source)
+
+
 class TorchVerifier:
     """Verifies on the target engine model: the sequence plus all drafts in one call, which
     returns the accepted drafts plus one token (an empty draft: one token of plain decoding).
@@ -144,28 +184,47 @@ class TwinPair:
     """
 
     target: TorchCausalLM
-    draft: TorchCausalLM
+    draft: TorchCausalLM | None  # None: a method without a draft model (prompt lookup)
     tokenizer: Any  # a transformers tokenizer (AutoTokenizer's class varies by model)
     eos_token_ids: frozenset[int]
+    method: methods.Method = methods.get(methods.DEFAULT_METHOD)  # where drafts come from
+    lookup: methods.LookupParams = methods.DEFAULT_LOOKUP  # the method's n-gram sizes, if it looks up
     # The engine models over target and draft: what the torch flavor serves, called in-process.
     target_engine: TwinEngine = field(init=False, repr=False)
-    draft_engine: TwinEngine = field(init=False, repr=False)
+    draft_engine: TwinEngine | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.method.uses_draft_model and self.draft is None:
+            raise ValueError(f"speculative.method {self.method.name} needs a draft model")
         self.target_engine = in_process_engine(self.target, "target")
-        self.draft_engine = in_process_engine(self.draft, "draft")
+        self.draft_engine = in_process_engine(self.draft, "draft") if self.draft is not None else None
+
+    @property
+    def draft_model(self) -> TorchCausalLM:
+        """The draft model, for code that runs only for methods with one.
+
+        Raises:
+            ValueError: the pair has none (prompt lookup).
+        """
+        if self.draft is None:
+            raise ValueError(f"speculative.method {self.method.name} has no draft model")
+        return self.draft
 
     @classmethod
     def from_dirs(
         cls,
         target_dir: str | Path,
-        draft_dir: str | Path,
+        draft_dir: str | Path | None,
         *,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
         runner: str = "auto",
+        method: methods.Method | None = None,
+        lookup: methods.LookupParams = methods.DEFAULT_LOOKUP,
     ) -> TwinPair:
-        """Load two Hugging Face checkpoint directories; the tokenizer comes from the target's.
+        """Load the Hugging Face checkpoint directories (``draft_dir`` None: no draft model, for
+        prompt lookup); the tokenizer comes from the target's. ``method``: where drafts come from
+        (default: ``draft_target`` with a draft, ``prompt_lookup`` without).
 
         ``runner`` picks the engines' forward pass (see :class:`TorchCausalLM`).
 
@@ -175,14 +234,18 @@ class TwinPair:
         from transformers import AutoTokenizer
 
         target = TorchCausalLM.from_pretrained(target_dir, device=device, dtype=dtype, runner=runner)
-        draft = TorchCausalLM.from_pretrained(draft_dir, device=device, dtype=dtype, runner=runner)
-        if target.vocab_size != draft.vocab_size:
-            raise PairMismatch(
-                f"the target's vocabulary has {target.vocab_size} tokens and the draft's {draft.vocab_size}; "
-                f"speculative decoding needs one shared tokenizer"
-            )
+        draft = None
+        if draft_dir is not None:
+            draft = TorchCausalLM.from_pretrained(draft_dir, device=device, dtype=dtype, runner=runner)
+            if target.vocab_size != draft.vocab_size:
+                raise PairMismatch(
+                    f"the target's vocabulary has {target.vocab_size} tokens and the draft's {draft.vocab_size}; "
+                    f"speculative decoding needs one shared tokenizer"
+                )
+        if method is None:
+            method = methods.get(methods.DEFAULT_METHOD if draft is not None else "prompt_lookup")
         tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
-        return cls(target, draft, tokenizer, _eos_token_ids(target, tokenizer))
+        return cls(target, draft, tokenizer, _eos_token_ids(target, tokenizer), method=method, lookup=lookup)
 
     @classmethod
     def from_spec(
@@ -200,8 +263,22 @@ class TwinPair:
             PairMismatch: the two vocabularies differ in size.
         """
         return cls.from_dirs(
-            checkpoint_dir(spec, "target"), checkpoint_dir(spec, "draft"), device=device, dtype=dtype, runner=runner
+            checkpoint_dir(spec, "target"),
+            checkpoint_dir(spec, "draft") if spec.has_draft else None,
+            device=device,
+            dtype=dtype,
+            runner=runner,
+            method=spec.method,
+            lookup=spec.speculative.prompt_lookup.params,
         )
+
+    def with_method(self, method: methods.Method, lookup: methods.LookupParams | None = None) -> TwinPair:
+        """The same loaded models drafting by another method (``tune`` and ``bench`` compare them).
+
+        Raises:
+            ValueError: ``method`` needs a draft model this pair has not loaded.
+        """
+        return TwinPair(self.target, self.draft, self.tokenizer, self.eos_token_ids, method, lookup or self.lookup)
 
     def generate(
         self,
@@ -222,7 +299,8 @@ class TwinPair:
             GenerationParamsError: the prompt is empty, or prompt + max_new_tokens + K exceeds the
             models' context length.
         """
-        limit = min(filter(None, (self.target.max_length, self.draft.max_length)), default=None)
+        models = (self.target, self.draft) if self.draft is not None else (self.target,)
+        limit = min(filter(None, (model.max_length for model in models)), default=None)
         needed = len(prompt) + params.max_new_tokens + params.num_draft_tokens
         if limit is not None and needed > limit:
             raise GenerationParamsError(
@@ -233,7 +311,10 @@ class TwinPair:
         if seed is not None:
             generator = torch.Generator(device=self.target.device).manual_seed(seed)
         request = TwinRequest(len(prompt), self.end_id(params.eos_token_ids), params.stop_sequences, penalties)
-        drafter = TorchDrafter(self.draft_engine, request) if params.num_draft_tokens else None
+        drafter = None
+        if params.num_draft_tokens:
+            model_drafter = TorchDrafter(self.draft_engine, request) if self.draft_engine is not None else None
+            drafter = MethodDrafter(self.method, self.lookup, model_drafter, self.target.vocab_size)
         return Generation(prompt, drafter, TorchVerifier(self.target_engine, request), params, generator)
 
     def end_id(self, eos_token_ids: frozenset[int]) -> int | None:
@@ -254,7 +335,9 @@ class TwinPair:
         parameters over the target's (embeddings left out: a step reads only its tokens' rows),
         and on a CPU the twin's measured verify slope (on a GPU a verify step costs what one
         token costs)."""
-        draft, target = (_step_params(engine.model) for engine in (self.draft, self.target))
+        target = _step_params(self.target.model)
+        # Without a draft model (prompt lookup) a draft costs next to nothing beside a target step.
+        draft = _step_params(self.draft.model) if self.draft is not None and self.method.uses_draft_model else 0
         slope = CPU_VERIFY_SLOPE if self.target.device.type == "cpu" else 0.0
         return StepCosts.from_parameters(draft, target, verify_slope=slope)
 

@@ -17,15 +17,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from trt_spec.bench.prompts import MAX_NEW_TOKENS, PROMPT_TOKENS, load_prompts
 from trt_spec.bench.rows import AdaptiveRow, FixedRow, Progress, Tally
+from trt_spec.runtime import methods
 from trt_spec.runtime.costs import StepCosts, StepTimes, recommend_num_draft_tokens
 from trt_spec.runtime.loop import GenerationParams, RequestStats
+from trt_spec.runtime.methods.prompt_lookup import ngram_proposal
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 from trt_spec.twin import TwinPair
 
@@ -34,8 +36,9 @@ DEFAULT_TEMPERATURES = (0.0, 1.0)
 QUICK_KS = (2, 4)
 STEP_TIME_CALLS = 5  # timed calls (or speculative-step patterns) per shape after every round of requests
 
-# A configuration of a run: "plain", "hf plain", or (kind, K) with kind "spec", "adaptive" or "hf".
-Configuration = str | tuple[str, int]
+# A configuration of a run: "plain", "hf plain", (kind, K, method) with kind "spec" or "adaptive" and
+# method a speculation method's name, or ("hf", K, "draft_target").
+Configuration = str | tuple[str, int, str]
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class BenchConfig:
     prompts: tuple[tuple[int, ...], ...] | None = None
     # Adaptive K's fixed costs and prior (a tuning report's); None: the pair's parameter ratio.
     step_costs: StepCosts | None = None
+    # The speculation methods to put side by side (trt_spec.runtime.methods); () = the pair's own.
+    methods: tuple[str, ...] = ()
 
     @classmethod
     def quick(cls) -> BenchConfig:
@@ -61,6 +66,7 @@ class BenchConfig:
 
 @dataclass(frozen=True)
 class Recommendation:
+    method: str
     temperature: float
     alpha: float
     cost_ratio: float
@@ -94,6 +100,9 @@ def run_local_bench(
     for k in config.ks:
         if not 1 <= k <= MAX_DRAFT_TOKENS:
             raise ValueError(f"each K must be in 1..{MAX_DRAFT_TOKENS}; got {k}")
+    pairs = method_pairs(pair, config.methods)
+    if pair.draft is None and config.hf_assisted:
+        config = replace(config, hf_assisted=False)  # assisted generation needs the draft model
     if config.prompts:
         prompts = [list(prompt) for prompt in config.prompts]
         shape = f"{len(prompts)} prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens"
@@ -107,13 +116,14 @@ def run_local_bench(
     # Step times are measured mid-generation: a prompt plus half a completion of context.
     half_completion = GenerationParams(max_new_tokens=config.max_new_tokens // 2, num_draft_tokens=0)
     contexts = [prompt + pair.generate(prompt, half_completion).run() for prompt in prompts]
-    step_timer = _StepTimer(config.ks)
+    step_timer = _StepTimer(config.ks, pairs[next(iter(pairs))].lookup)
 
     tallies_by_temperature = {
-        temperature: _run_temperature(pair, prompts, contexts, config, temperature, step_timer, say)
+        temperature: _run_temperature(pairs, prompts, contexts, config, temperature, step_timer, say)
         for temperature in config.temperatures
     }
-    step_times = step_timer.result()
+    times_by_method = {name: step_timer.result(methods.get(name)) for name in pairs}
+    step_times = times_by_method[next(iter(pairs))]
     say(
         f"step times: target t_1 {step_times.target_1 * 1e3:.2f} ms, draft t_d {step_times.draft_1 * 1e3:.2f} ms "
         f"(c = {step_times.cost_ratio:.3f}), target t_(K+1) "
@@ -125,23 +135,29 @@ def run_local_bench(
     recommendations: list[Recommendation] = []
     for temperature, tallies in tallies_by_temperature.items():
         baseline = tallies["plain"]
-        temperature_rows: list[FixedRow | AdaptiveRow] = [
-            FixedRow.measure(
-                k,
-                temperature,
-                tallies[("spec", k)],
-                baseline,
-                step_times,
-                hf=tallies.get(("hf", k)),
-                hf_plain=tallies.get("hf plain"),
+        for name in pairs:
+            temperature_rows: list[FixedRow | AdaptiveRow] = [
+                FixedRow.measure(
+                    k,
+                    temperature,
+                    tallies[("spec", k, name)],
+                    baseline,
+                    times_by_method[name],
+                    hf=tallies.get(("hf", k, name)),
+                    hf_plain=tallies.get("hf plain") if ("hf", k, name) in tallies else None,
+                    method=name,
+                )
+                for k in config.ks
+            ]
+            if config.adaptive:
+                max_k = max(config.ks)
+                temperature_rows.append(
+                    AdaptiveRow.measure(max_k, temperature, tallies[("adaptive", max_k, name)], baseline, method=name)
+                )
+            rows += temperature_rows
+            recommendations.append(
+                _recommend(temperature, tallies, config, times_by_method[name], temperature_rows, name)
             )
-            for k in config.ks
-        ]
-        if config.adaptive:
-            max_k = max(config.ks)
-            temperature_rows.append(AdaptiveRow.measure(max_k, temperature, tallies[("adaptive", max_k)], baseline))
-        rows += temperature_rows
-        recommendations.append(_recommend(temperature, tallies, config, step_times, temperature_rows))
 
     return BenchReport(
         rows=rows,
@@ -158,26 +174,36 @@ class _StepTimer:
     """Times the engine calls the cost model needs, in blocks between rounds of requests, and
     averages them over the whole run: the machine conditions of the requests they are compared to."""
 
-    def __init__(self, ks: Sequence[int]):
+    def __init__(self, ks: Sequence[int], lookup: methods.LookupParams = methods.DEFAULT_LOOKUP):
         self.ks = tuple(ks)
+        self.lookup = lookup
         self.seconds: dict[tuple[str, int], float] = {}
         self.calls: dict[tuple[str, int], int] = {}
 
     def measure(self, pair: TwinPair, prompt: list[int], context: list[int]) -> None:
+        """One block of timings; a pair without a draft model times only the target and the lookup."""
+        draft = pair.draft
         pair.target.reset()
-        pair.draft.reset()
         self._time(("target prefill", 0), pair.target.logits, prompt, 1)
-        self._time(("draft prefill", 0), pair.draft.logits, prompt, 1)
+        if draft is not None:
+            draft.reset()
+            self._time(("draft prefill", 0), draft.logits, prompt, 1)
         # Each call below recomputes exactly its last num_tokens positions: the cache holds the rest.
         pair.target.logits(context, 1)
-        pair.draft.logits(context, 1)
+        if draft is not None:
+            draft.logits(context, 1)
         for _ in range(STEP_TIME_CALLS):
             self._time(("target", 1), pair.target.logits, context, 1)
         for k in self.ks:
             for _ in range(STEP_TIME_CALLS):
-                for _ in range(k):
-                    self._time(("draft", k), pair.draft.logits, context, 1)
+                if draft is not None:
+                    for _ in range(k):
+                        self._time(("draft", k), draft.logits, context, 1)
+                self._time(("lookup", k), self._lookup, context, k)
                 self._time(("target", k + 1), pair.target.logits, context, k + 1)
+
+    def _lookup(self, context: list[int], num_draft_tokens: int) -> list[int]:
+        return ngram_proposal(context, num_draft_tokens, self.lookup.min_ngram, self.lookup.max_ngram)
 
     def _time(
         self, key: tuple[str, int], logits: Callable[[list[int], int], object], context: list[int], num_tokens: int
@@ -187,19 +213,40 @@ class _StepTimer:
         self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - started
         self.calls[key] = self.calls.get(key, 0) + 1
 
-    def result(self) -> StepTimes:
+    def result(self, method: methods.Method) -> StepTimes:
+        """The step times of ``method``: t_d is the draft model's (hybrid's too: an upper bound on
+        its mix of lookup and model steps), or the lookup's where the method has no draft model."""
         mean = {key: self.seconds[key] / self.calls[key] for key in self.seconds}
+        drafter = "draft" if method.uses_draft_model else "lookup"
         return StepTimes(
             target_1=mean[("target", 1)],
             target_by_num_tokens={k + 1: mean[("target", k + 1)] for k in self.ks},
-            draft_by_k={k: mean[("draft", k)] for k in self.ks},
+            draft_by_k={k: mean[(drafter, k)] for k in self.ks},
             target_prefill=mean[("target prefill", 0)],
-            draft_prefill=mean[("draft prefill", 0)],
+            draft_prefill=mean[("draft prefill", 0)] if method.uses_draft_model else 0.0,
         )
 
 
+def method_pairs(pair: TwinPair, names: Sequence[str]) -> dict[str, TwinPair]:
+    """The pair drafting by each named method (the pair's own first when ``names`` is empty).
+
+    Raises:
+        ValueError: an unknown method, or one that needs a draft model the pair has not loaded.
+    """
+    chosen = list(dict.fromkeys(names)) or [pair.method.name]
+    pairs = {}
+    for name in chosen:
+        method = methods.get(name)
+        if method.uses_draft_model and pair.draft is None:
+            raise ValueError(
+                f"method {name} needs a draft model and the spec has none; compare it on a spec with a draft section"
+            )
+        pairs[name] = pair.with_method(method)
+    return pairs
+
+
 def _run_temperature(
-    pair: TwinPair,
+    pairs: dict[str, TwinPair],
     prompts: list[list[int]],
     contexts: list[list[int]],
     config: BenchConfig,
@@ -209,19 +256,24 @@ def _run_temperature(
 ) -> dict[Configuration, Tally]:
     """Every configuration on every prompt, ``repeats`` times, in a rotating order, with a block
     of step timings after each round: slow drifts of a shared machine hit all of them alike."""
-    configurations: list[Configuration] = ["plain"] + [("spec", k) for k in config.ks]
-    if config.adaptive:
-        configurations.append(("adaptive", max(config.ks)))
-    if config.hf_assisted:
-        configurations += ["hf plain"] + [("hf", k) for k in config.ks]
+    configurations: list[Configuration] = ["plain"]
+    for method in pairs:
+        configurations += [("spec", k, method) for k in config.ks]
+        if config.adaptive:
+            configurations.append(("adaptive", max(config.ks), method))
+    with_draft = [method for method, pair in pairs.items() if pair.method.uses_draft_model]
+    if config.hf_assisted and with_draft:  # HF assisted generation with the draft model as assistant
+        configurations += ["hf plain"] + [("hf", k, with_draft[0]) for k in config.ks]
+    pair = next(iter(pairs.values()))
     tallies = {name: Tally() for name in configurations}
     for index, prompt in enumerate(prompts):
         seed = config.seed + index
         for repeat in range(config.repeats):
             shift = (index + repeat) % len(configurations)
             for name in configurations[shift:] + configurations[:shift]:
+                runner = pairs[name[2]] if isinstance(name, tuple) else pair
                 tallies[name].add(
-                    *_run_one(pair, prompt, name, temperature, config.max_new_tokens, seed, config.step_costs)
+                    *_run_one(runner, prompt, name, temperature, config.max_new_tokens, seed, config.step_costs)
                 )
             step_timer.measure(pair, prompt, contexts[index])
         say(
@@ -234,8 +286,9 @@ def _run_temperature(
 def _label(name: Configuration) -> str:
     if isinstance(name, str):
         return name
-    kind, k = name
-    return {"spec": f"K={k}", "adaptive": f"adaptive<={k}", "hf": f"hf K={k}"}[kind]
+    kind, k, method = name
+    label = {"spec": f"K={k}", "adaptive": f"adaptive<={k}", "hf": f"hf K={k}"}[kind]
+    return label if kind == "hf" else f"{method} {label}"
 
 
 def _run_one(
@@ -248,7 +301,7 @@ def _run_one(
     step_costs: StepCosts | None = None,
 ) -> tuple[int, float, RequestStats | None]:
     """(tokens, seconds, stats or None) of one request."""
-    kind, num_draft_tokens = (name, 0) if isinstance(name, str) else name
+    kind, num_draft_tokens = (name, 0) if isinstance(name, str) else name[:2]
     if kind in ("hf plain", "hf"):
         k = None if kind == "hf plain" else num_draft_tokens
         tokens, seconds = hf_generate(pair, prompt, max_new_tokens, temperature, k, seed)
@@ -262,7 +315,8 @@ def _run_one(
         step_costs=step_costs or pair.step_costs(),
     )
     pair.target.reset()
-    pair.draft.reset()
+    if pair.draft is not None:
+        pair.draft.reset()
     started = time.perf_counter()
     generation = pair.generate(prompt, params, seed=seed)
     output = generation.run()
@@ -285,7 +339,7 @@ def hf_generate(
     """
     # transformers models: generate() and generation_config are theirs, beyond torch.nn.Module's types
     target: Any = pair.target.model
-    draft: Any = pair.draft.model
+    draft: Any = pair.draft_model.model
     input_ids = torch.tensor([list(prompt)], device=pair.target.device)  # [1, prompt]
     kwargs = {
         "attention_mask": torch.ones_like(input_ids),
@@ -322,15 +376,17 @@ def _recommend(
     config: BenchConfig,
     step_times: StepTimes,
     rows: list[FixedRow | AdaptiveRow],
+    method: str,
 ) -> Recommendation:
     """Theorem 3.8's K at the alpha pooled over all K of this temperature, and, since t_(K+1)
     is not t_1 on every machine, the K whose cost-model bound is best with t_(K+1) as measured."""
-    accepted = sum(tallies[("spec", k)].stats.accepted_tokens for k in config.ks)
-    rejections = sum(tallies[("spec", k)].stats.rejections for k in config.ks)
+    accepted = sum(tallies[("spec", k, method)].stats.accepted_tokens for k in config.ks)
+    rejections = sum(tallies[("spec", k, method)].stats.rejections for k in config.ks)
     alpha = accepted / (accepted + rejections) if accepted + rejections else 0.0
     k = recommend_num_draft_tokens(alpha, step_times.cost_ratio, MAX_DRAFT_TOKENS)
     fixed = [row for row in rows if not row.adaptive]
     return Recommendation(
+        method=method,
         temperature=temperature,
         alpha=alpha,
         cost_ratio=step_times.cost_ratio,

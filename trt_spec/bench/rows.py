@@ -19,6 +19,7 @@ from typing import Any, ClassVar, overload
 
 from trt_spec.runtime.costs import StepTimes, expected_tokens_per_call
 from trt_spec.runtime.loop import RequestStats
+from trt_spec.runtime.methods import DEFAULT_METHOD
 
 
 def theoretical_tokens_per_call_at_drafted(alpha: float, stats: RequestStats) -> float:
@@ -133,12 +134,13 @@ class Row:
     hf_assisted_tokens_per_s: float | None = None
     cost_model_speedup: float | None = None
     tokens: int
+    method: str = DEFAULT_METHOD  # where the drafts came from (speculative.method)
 
     def to_json(self) -> dict[str, Any]:
         raise NotImplementedError
 
     def _head(self) -> dict[str, Any]:
-        return {"k": self.k, "temperature": self.temperature, "adaptive": self.adaptive}
+        return {"k": self.k, "temperature": self.temperature, "adaptive": self.adaptive, "method": self.method}
 
     def _measured(self) -> dict[str, Any]:
         return {
@@ -180,9 +182,11 @@ class FixedRow(Row):
         step_times: StepTimes,
         hf: Tally | None = None,
         hf_plain: Tally | None = None,
+        method: str = DEFAULT_METHOD,
     ) -> FixedRow:
         stats = spec.stats
         return cls(
+            method=method,
             k=k,
             temperature=temperature,
             tokens_per_s=spec.tokens_per_s,
@@ -237,9 +241,12 @@ class AdaptiveRow(Row):
     target_calls: int
 
     @classmethod
-    def measure(cls, max_k: int, temperature: float, spec: Tally, baseline: Tally) -> AdaptiveRow:
+    def measure(
+        cls, max_k: int, temperature: float, spec: Tally, baseline: Tally, method: str = DEFAULT_METHOD
+    ) -> AdaptiveRow:
         stats = spec.stats
         return cls(
+            method=method,
             k=max_k,
             temperature=temperature,
             tokens_per_s=spec.tokens_per_s,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from trt_spec.cli.common import DEMO_SPEC, choose_mode, dataset_options, load_dataset_workload, load_twin, mode_options
+from trt_spec.runtime import methods
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
 if TYPE_CHECKING:
@@ -59,6 +60,14 @@ if TYPE_CHECKING:
 @click.option("--quick", is_flag=True, help="3 prompts, K 2 and 4, one run each: a smoke test in ~30 s.")
 @click.option("--no-hf", is_flag=True, help="Skip Hugging Face assisted generation.")
 @click.option("--no-adaptive", is_flag=True, help="Skip the adaptive-K runs.")
+@click.option(
+    "--method",
+    "method_names",
+    multiple=True,
+    type=click.Choice(methods.names()),
+    help="--local: speculation methods to put side by side (repeatable); default the spec's. A method with a "
+    "draft model needs a spec with a draft section.",
+)
 @click.option(
     "--threads",
     type=click.IntRange(min=1),
@@ -115,6 +124,7 @@ def bench(
     quick,
     no_hf,
     no_adaptive,
+    method_names,
     threads,
     profile,
     concurrency,
@@ -172,9 +182,9 @@ def bench(
         )
 
     if url is not None:
-        if profile or quick or repeats or no_hf or no_adaptive or tuning_path:
+        if profile or quick or repeats or no_hf or no_adaptive or tuning_path or method_names:
             raise click.UsageError(
-                "--profile, --quick, --repeats, --no-hf, --no-adaptive and --tuning are for --local runs "
+                "--profile, --quick, --repeats, --no-hf, --no-adaptive, --method and --tuning are for --local runs "
                 "(a server's adaptive K reads the report through `trt-spec repo --tuning`)"
             )
         workload = None
@@ -211,6 +221,7 @@ def bench(
         **{key: value for key, value in overrides.items() if value is not None},
         hf_assisted=not no_hf,
         adaptive=not no_adaptive,
+        methods=tuple(method_names),
     )
     if spec is None:  # choose_mode gives a spec whenever it gives no url
         raise click.UsageError("--local needs --spec FILE (the deployment spec naming both checkpoints)")
@@ -234,7 +245,10 @@ def bench(
                 )
                 click.echo(format_profile(result))
         return
-    report = run_local_bench(pair, config, progress=lambda line: click.echo(line, err=True))
+    try:
+        report = run_local_bench(pair, config, progress=lambda line: click.echo(line, err=True))
+    except ValueError as exc:  # a method the spec's models cannot run
+        raise click.UsageError(str(exc)) from None
     if plot_path:
         write_plot(report, plot_path)
         click.echo(f"wrote {plot_path}", err=True)
@@ -330,14 +344,14 @@ def format_server_table(rows: list[ServerRow]) -> str:
 
 def format_table(report: BenchReport) -> str:
     header = (
-        f"{'K':>3} {'T':>4} {'tok/s':>7} {'plain':>7} {'speedup':>7} {'bound':>6} {'HF asst':>7} "
+        f"{'method':<13} {'K':>3} {'T':>4} {'tok/s':>7} {'plain':>7} {'speedup':>7} {'bound':>6} {'HF asst':>7} "
         f"{'acc.rate':>8} {'alpha':>6} {'tok/call':>8} {'theory':>6}"
     )
     lines = [header]
     for row in report.rows:
         k = f"{row.k}a" if row.adaptive else str(row.k)
         lines.append(
-            f"{k:>3} {row.temperature:>4g} {row.tokens_per_s:>7.1f} {row.baseline_tokens_per_s:>7.1f} "
+            f"{row.method:<13} {k:>3} {row.temperature:>4g} {row.tokens_per_s:>7.1f} {row.baseline_tokens_per_s:>7.1f} "
             f"{row.speedup:>7.3f} {_number(row.cost_model_speedup, 6, 3)} "
             f"{_number(row.hf_assisted_tokens_per_s, 7, 1)} {row.acceptance_rate:>8.3f} {row.alpha:>6.3f} "
             f"{row.tokens_per_target_call:>8.2f} {_number(row.theoretical_tokens_per_target_call, 6, 2)}"
@@ -359,7 +373,7 @@ def format_recommendations(report: BenchReport) -> str:
     lines = []
     for rec in report.recommendations:
         lines.append(
-            f"T={rec.temperature:g}: alpha {rec.alpha:.3f}, c = t_d/t_1 {rec.cost_ratio:.3f} -> recommended K = "
+            f"{rec.method} T={rec.temperature:g}: alpha {rec.alpha:.3f}, c = t_d/t_1 {rec.cost_ratio:.3f} -> recommended K = "
             f"{rec.num_draft_tokens} (Leviathan et al. Thm 3.8, expected {rec.expected_speedup:.2f}x if "
             f"t_(K+1) = t_1); with t_(K+1) as measured the cost model prefers K = {rec.cost_model_k}; "
             f"fastest measured K = {rec.best_measured_k}"

@@ -69,15 +69,17 @@ def render_steps(the_plan: Plan, spec_path: str) -> list[str]:
             f"# the {flavor} flavor builds no TensorRT engines: TensorRT-LLM loads both checkpoints itself",
             f"trt-spec repo --spec {shlex.quote(spec_path)} -o model_repo",
         ]
+    roles = the_plan.roles
+    which = "both HF checkpoints" if len(roles) > 1 else "the target's HF checkpoint (no draft model)"
     lines = [
-        "# 1. convert both HF checkpoints to TensorRT-LLM checkpoints (CPU; skipped when up to date)",
+        f"# 1. convert {which} to TensorRT-LLM checkpoints (CPU; skipped when up to date)",
         f"trt-spec convert --spec {shlex.quote(spec_path)}",
     ]
-    for role in ("target", "draft"):
+    for role in roles:
         convert = the_plan.engine(role).convert
         lines.append(f"#    {role}: {convert.source} -> {convert.output_dir} (tp {convert.tp_size}, {convert.dtype})")
-    lines.append("# 2. compile the engines (GPU)")
-    lines += [shlex.join(the_plan.engine(role).build_argv) for role in ("target", "draft")]
+    lines.append("# 2. compile the engines (GPU)" if len(roles) > 1 else "# 2. compile the target engine (GPU)")
+    lines += [shlex.join(the_plan.engine(role).build_argv) for role in roles]
     return lines
 
 

@@ -26,6 +26,7 @@ from trt_spec.plan.projection import (
 )
 from trt_spec.runtime.costs import Acceptance
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
+from trt_spec.spec import Spec
 
 
 @click.command()
@@ -144,14 +145,15 @@ def render_plan(
     acceptance: Acceptance = DEFAULT_ALPHA,
 ) -> str:
     spec, memory = the_plan.spec, the_plan.memory
+    drafter = _drafter_text(spec)
     lines = [
-        f"deployment {spec.name}: {spec.target.model} (tp {spec.target.tp_size}) drafted by "
-        f"{spec.draft.model} (tp {spec.draft.tp_size}), K = {spec.num_draft_tokens}, "
-        f"{spec.speculative.acceptance} acceptance, {spec.engine.dtype} on {spec.engine.gpu.upper()}",
+        f"deployment {spec.name}: {spec.target.model} (tp {spec.target.tp_size}) drafted by {drafter}, "
+        f"K = {spec.num_draft_tokens}, {spec.speculative.acceptance} acceptance, {spec.engine.dtype} on "
+        f"{spec.engine.gpu.upper()}",
         "",
         f"{'engine':<8} {'params':>10} {'weights/GPU':>12} {'KV/token':>10} {'activations':>12} {'KV tokens':>10}  config from",
     ]
-    for role in ("target", "draft"):
+    for role in the_plan.roles:
         engine, mem = the_plan.engine(role), getattr(memory, role)
         lines.append(
             f"{role:<8} {engine.model.num_params / 1e9:>9.3f}B {format_bytes(mem.weights_bytes):>12} "
@@ -181,6 +183,19 @@ def render_plan(
         lines += ["", *render_schedule(schedule, acceptance, loop_k)]
     lines += ["", *render_steps(the_plan, spec_path)]
     return "\n".join(lines)
+
+
+def _drafter_text(spec: Spec) -> str:
+    """What drafts for a spec, in a few words (plan's first line)."""
+    lookup = spec.speculative.prompt_lookup
+    ngrams = f"prompt lookup (n-grams {lookup.max_ngram}..{lookup.min_ngram} of the request's tokens)"
+    parts = []
+    if spec.method.uses_lookup:
+        parts.append(ngrams)
+    if spec.draft is not None:
+        parts.append(f"{spec.draft.model} (tp {spec.draft.tp_size})")
+    text = " where it matches, else ".join(parts)
+    return text + ("; no draft model" if spec.draft is None else "")
 
 
 commands = [init, plan]

@@ -15,7 +15,6 @@ from trt_spec.checkpoints.config import ModelInfo, load_model_info
 from trt_spec.errors import PlanError
 from trt_spec.layout import engine_dir, trtllm_checkpoint_dir
 from trt_spec.plan.memory import KV_BLOCK_TOKENS, MemoryPlan, engine_memory, format_bytes, place
-from trt_spec.runtime.tensors import ROLES
 from trt_spec.spec import TP_SIZES, Spec
 
 TRTLLM_VERSION_LINE = "1.2"  # the release line whose trtllm-build flags we emit
@@ -69,7 +68,7 @@ class EnginePlan:
 class Plan:
     spec: Spec
     target: EnginePlan
-    draft: EnginePlan
+    draft: EnginePlan | None  # None: the spec's method has no draft model (prompt lookup)
     memory: MemoryPlan
     warnings: tuple[str, ...]
     notes: tuple[str, ...] = ()  # why a derived value differs from the spec's, one line each
@@ -80,8 +79,21 @@ class Plan:
         """Whether the route compiles TensorRT engines (``plan`` prints their build steps)."""
         return self.route is None or self.route.builds_engines
 
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The engines this plan builds: the spec's method's roles."""
+        return self.spec.roles
+
     def engine(self, role: str) -> EnginePlan:
-        return {"target": self.target, "draft": self.draft}[role]
+        """The engine of ``role``.
+
+        Raises:
+            KeyError: ``draft`` of a plan without a draft engine.
+        """
+        engine = {"target": self.target, "draft": self.draft}[role]
+        if engine is None:
+            raise KeyError(f"speculative.method {self.spec.speculative.method} builds no {role} engine")
+        return engine
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -89,8 +101,9 @@ class Plan:
             "spec_hash": self.spec.content_hash(),
             "tensorrt_llm": TRTLLM_VERSION_LINE,
             "num_draft_tokens": self.spec.num_draft_tokens,
+            "method": self.spec.speculative.method,
             "target": self.target.to_json(),
-            "draft": self.draft.to_json(),
+            "draft": None if self.draft is None else self.draft.to_json(),
             "memory": self.memory.to_json(),
             "warnings": list(self.warnings),
             "notes": list(self.notes),
@@ -126,18 +139,17 @@ def make_plan(
         PlanError: the two engines do not fit on the spec's GPUs; the message has the numbers
             and the smallest target ``tp_size`` that would fit.
     """
-    models = {
-        "target": target or load_model_info(spec, "target"),
-        "draft": draft or load_model_info(spec, "draft"),
-    }
-    engines = {role: _engine_plan(spec, role, models[role]) for role in ROLES}
+    models = {"target": target or load_model_info(spec, "target")}
+    if spec.has_draft:
+        models["draft"] = draft or load_model_info(spec, "draft")
+    engines = {role: _engine_plan(spec, role, models[role]) for role in spec.roles}
     memory = _memory_plan(spec, models, target_tp=spec.target.tp_size)
     _check_fits(spec, models, memory)
     route = route or engine_route(spec)
     return Plan(
         spec=spec,
         target=engines["target"],
-        draft=engines["draft"],
+        draft=engines.get("draft"),
         memory=memory,
         warnings=(*_warnings(spec, memory), *route.warnings),
         notes=route.notes,
@@ -203,7 +215,7 @@ def _engine_plan(spec: Spec, role: str, model: ModelInfo) -> EnginePlan:
     ]
     if role == "target":
         argv += [
-            "--speculative_decoding_mode", "draft_tokens_external",
+            "--speculative_decoding_mode", spec.method.target_decoding_mode,
             "--max_draft_len", str(spec.num_draft_tokens),
         ]
     # fmt: on
@@ -240,14 +252,16 @@ def _memory_plan(spec: Spec, models: dict[str, ModelInfo], *, target_tp: int) ->
         max_batch_size=engine.max_batch_size,
         logits_positions=k + 1,
     )
-    draft = engine_memory(
-        models["draft"],
-        tp_size=min(spec.draft.tp_size, target_tp),
-        dtype=engine.dtype,
-        max_num_tokens=num_tokens,
-        max_batch_size=engine.max_batch_size,
-        logits_positions=1,
-    )
+    draft = None
+    if spec.draft is not None:
+        draft = engine_memory(
+            models["draft"],
+            tp_size=min(spec.draft.tp_size, target_tp),
+            dtype=engine.dtype,
+            max_num_tokens=num_tokens,
+            max_batch_size=engine.max_batch_size,
+            logits_positions=1,
+        )
     return place(engine.gpu, target, draft, tokens_per_sequence=engine.max_seq_len + k)
 
 
@@ -263,8 +277,9 @@ def _check_fits(spec: Spec, models: dict[str, ModelInfo], memory: MemoryPlan) ->
         if suggestion
         else "no tp_size up to 8 fits; use a smaller model, a shorter max_seq_len or a larger GPU"
     )
+    models_named = spec.target.model + (f" + {spec.draft.model}" if spec.draft else "")
     raise PlanError(
-        f"{spec.target.model} + {spec.draft.model} ({spec.engine.dtype}) do not fit on "
+        f"{models_named} ({spec.engine.dtype}) do not fit on "
         f"{spec.target.tp_size} x {spec.engine.gpu.upper()} ({format_bytes(gpu0.capacity)} each): GPU 0 needs "
         f"{format_bytes(fixed)} for weights, activations and runtime of {format_bytes(usable)} usable, leaving KV cache "
         f"for {memory.kv_tokens} tokens where one sequence of max_seq_len + K needs {memory.tokens_per_sequence}; {hint}"

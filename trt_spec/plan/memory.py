@@ -71,7 +71,7 @@ class MemoryPlan:
     gpu: str
     gpu_capacity_bytes: int
     target: EngineMemory
-    draft: EngineMemory
+    draft: EngineMemory | None  # None: the method has no draft model (prompt lookup)
     gpus: tuple[GpuMemory, ...]
     kv_tokens: int  # max_tokens_in_paged_kv_cache, the same for both engines
     tokens_per_sequence: int  # max_seq_len + K: the longest sequence either cache must hold
@@ -87,7 +87,9 @@ class MemoryPlan:
             "kv_tokens": self.kv_tokens,
             "full_sequences": self.full_sequences,
             "target": {**asdict(self.target), "max_tokens_in_paged_kv_cache": self.kv_tokens},
-            "draft": {**asdict(self.draft), "max_tokens_in_paged_kv_cache": self.kv_tokens},
+            "draft": (
+                None if self.draft is None else {**asdict(self.draft), "max_tokens_in_paged_kv_cache": self.kv_tokens}
+            ),
             "per_gpu": [asdict(gpu) for gpu in self.gpus],
         }
 
@@ -156,8 +158,9 @@ def engine_memory(
     )
 
 
-def place(gpu: str, target: EngineMemory, draft: EngineMemory, tokens_per_sequence: int) -> MemoryPlan:
-    """Place both engines on the target's GPUs and size the shared KV-cache token budget.
+def place(gpu: str, target: EngineMemory, draft: EngineMemory | None, tokens_per_sequence: int) -> MemoryPlan:
+    """Place both engines on the target's GPUs and size the shared KV-cache token budget
+    (``draft`` None: the target alone, for a method without a draft model).
 
     The budget may come out zero or negative; the caller decides what is an error.
     """
@@ -165,9 +168,9 @@ def place(gpu: str, target: EngineMemory, draft: EngineMemory, tokens_per_sequen
     headroom = int(capacity * HEADROOM_FRACTION)
     budgets = []
     for index in range(target.tp_size):
-        on_gpu_draft = index < draft.tp_size
-        free = capacity - headroom - target.fixed_bytes - (draft.fixed_bytes if on_gpu_draft else 0)
-        per_token = target.kv_bytes_per_token + (draft.kv_bytes_per_token if on_gpu_draft else 0)
+        on_gpu_draft = draft is not None and index < draft.tp_size
+        free = capacity - headroom - target.fixed_bytes - (draft.fixed_bytes if draft and on_gpu_draft else 0)
+        per_token = target.kv_bytes_per_token + (draft.kv_bytes_per_token if draft and on_gpu_draft else 0)
         budgets.append((index, on_gpu_draft, free, per_token))
     kv_tokens = min(free // per_token for _, _, free, per_token in budgets)
     kv_tokens = max(0, kv_tokens) // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS
@@ -177,7 +180,7 @@ def place(gpu: str, target: EngineMemory, draft: EngineMemory, tokens_per_sequen
             capacity=capacity,
             headroom=headroom,
             target_fixed=target.fixed_bytes,
-            draft_fixed=draft.fixed_bytes if on_gpu_draft else 0,
+            draft_fixed=draft.fixed_bytes if draft and on_gpu_draft else 0,
             kv_bytes_per_token=per_token,
             kv_cache=kv_tokens * per_token,
             unused=free - kv_tokens * per_token,

@@ -129,10 +129,16 @@ def roofline_step(
     )
 
 
-def fixed_kernel_seconds(model: ModelInfo) -> float:
+def fixed_kernel_seconds(model: ModelInfo | None) -> float:
     """layers x KERNELS_PER_LAYER x KERNEL_FIXED_S: what one step would add if no kernel's fixed
-    cost overlapped another's work (an upper bound on what the bandwidth model leaves out)."""
-    return model.num_layers * KERNELS_PER_LAYER * KERNEL_FIXED_S
+    cost overlapped another's work (an upper bound on what the bandwidth model leaves out); 0 for
+    no model (drafts from prompt lookup, on the host)."""
+    return 0.0 if model is None else model.num_layers * KERNELS_PER_LAYER * KERNEL_FIXED_S
+
+
+# Prompt lookup drafts on the host (a suffix match over the request's tokens: microseconds beside a
+# millisecond target step), so its draft step reads nothing from the GPU.
+HOST_LOOKUP_STEP = RooflineStep(num_tokens=1, weight_bytes=0.0, kv_bytes=0.0, flops=0.0, allreduce_s=0.0)
 
 
 def with_fixed_costs(step_times: StepTimes, target_s: float, draft_s: float) -> StepTimes:
@@ -153,7 +159,7 @@ class Projection:
     gpu: GpuSpec
     dtype: str
     target_model: ModelInfo
-    draft_model: ModelInfo
+    draft_model: ModelInfo | None  # None: no draft model (prompt lookup drafts on the host)
     acceptance: Acceptance
     context: int  # tokens cached per sequence
     batch: int
@@ -258,7 +264,7 @@ def project_plan(
     spec = plan.spec
     gpu = GPUS[spec.engine.gpu]
     context = context or spec.engine.max_input_len
-    draft_tp = min(spec.draft.tp_size, spec.target.tp_size)
+    draft_tp = min(spec.draft.tp_size, spec.target.tp_size) if spec.draft else 0
 
     def cost(model: ModelInfo, tp_size: int, num_tokens: int) -> RooflineStep:
         return roofline_step(
@@ -273,7 +279,7 @@ def project_plan(
 
     ks = range(1, max_k + 1)
     target = cost(plan.target.model, spec.target.tp_size, 1)
-    draft = cost(plan.draft.model, draft_tp, 1)
+    draft = cost(plan.draft.model, draft_tp, 1) if plan.draft else HOST_LOOKUP_STEP
     verify = {k: cost(plan.target.model, spec.target.tp_size, k + 1) for k in ks}
     step_times = StepTimes(
         target_1=target.seconds(gpu),
@@ -285,7 +291,7 @@ def project_plan(
         gpu=gpu,
         dtype=spec.engine.dtype,
         target_model=plan.target.model,
-        draft_model=plan.draft.model,
+        draft_model=plan.draft.model if plan.draft else None,
         acceptance=acceptance,
         context=context,
         batch=batch,
@@ -395,8 +401,12 @@ def render_projection(projection: Projection) -> list[str]:
         f"{target.memory_s(gpu) * 1e3:.3f} ms"
         + (f" + all-reduce {target.allreduce_s * 1e3:.3f} ms" if target.allreduce_s else "")
         + f" = t_1 {times.target_1 * 1e3:.3f} ms",
-        f"  draft (tp {projection.draft_tp}) reads {_gb(draft.weight_bytes)} + {_gb(draft.kv_bytes)} KV -> "
-        f"t_d {times.draft_1 * 1e3:.3f} ms (c = t_d / t_1 = {times.cost_ratio:.3f})",
+        (
+            f"  draft (tp {projection.draft_tp}) reads {_gb(draft.weight_bytes)} + {_gb(draft.kv_bytes)} KV -> "
+            f"t_d {times.draft_1 * 1e3:.3f} ms (c = t_d / t_1 = {times.cost_ratio:.3f})"
+            if projection.draft_model is not None
+            else "  drafts: prompt lookup on the host, no draft engine -> t_d ~ 0 (c = 0)"
+        ),
     ]
     if projection.target_tp > 1:
         lines.append("  " + describe_allreduce(projection))

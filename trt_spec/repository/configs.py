@@ -25,8 +25,10 @@ from tritonclient.grpc import model_config_pb2
 from trt_spec import atomic
 from trt_spec.errors import RepositoryError
 from trt_spec.plan import Plan
+from trt_spec.runtime import methods
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import DEFAULT_STEP_COSTS, StepCosts
+from trt_spec.runtime.methods import DEFAULT_METHOD, LookupParams
 from trt_spec.runtime.parameters import (
     NO_PRIOR_ALPHA,
     LoopParameters,
@@ -79,7 +81,7 @@ class RepositorySettings:
     acceptance: str  # greedy | probabilistic
     vocab_size: int
     target: EngineSettings
-    draft: EngineSettings
+    draft: EngineSettings | None  # None: the method has no draft model (no tensorrt_llm_draft)
     adaptive_draft: bool = False  # the loop's default when a request does not send adaptive_draft
     torch_threads: int = 1  # torch flavor: intra-op threads per engine model; 0 = torch's default
     step_costs: StepCosts = DEFAULT_STEP_COSTS  # adaptive K's fixed costs (the flavor's step_costs)
@@ -92,6 +94,8 @@ class RepositorySettings:
     # () = none (settings_from_plan: the flavor's, Flavor.k_schedule). Caps the K of requests that
     # send no num_draft_tokens; a request that sends one keeps it.
     k_schedule: tuple[int, ...] = ()
+    method: str = DEFAULT_METHOD  # speculative.method: where the loop's drafts come from
+    lookup: LookupParams = LookupParams()  # speculative.prompt_lookup (methods with a lookup)
 
     def __post_init__(self) -> None:
         out_of_range = any(not 0 <= k <= self.max_draft_len for k in self.k_schedule)
@@ -101,8 +105,16 @@ class RepositorySettings:
                 f"0..max_draft_len {self.max_draft_len}; got {list(self.k_schedule)}"
             )
 
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The engine models this repository has, by role."""
+        return methods.get(self.method).roles
+
     def engine(self, role: str) -> EngineSettings:
-        return {"target": self.target, "draft": self.draft}[role]
+        engine = {"target": self.target, "draft": self.draft}[role]
+        if engine is None:
+            raise RepositoryError(f"speculative.method {self.method} has no {role} engine model")
+        return engine
 
 
 def kv_cache_fractions(plan: Plan) -> dict[str, float]:
@@ -117,10 +129,10 @@ def kv_cache_fractions(plan: Plan) -> dict[str, float]:
     memory = plan.memory
     kv_bytes = {
         "target": memory.target.kv_bytes_per_token * memory.kv_tokens,
-        "draft": memory.draft.kv_bytes_per_token * memory.kv_tokens,
+        "draft": memory.draft.kv_bytes_per_token * memory.kv_tokens if memory.draft else 0,
     }
     fractions = {}
-    for role, other in (("target", "draft"), ("draft", "target")):
+    for role, other in (("target", "draft"), ("draft", "target"))[: len(plan.roles)]:
         worst = 0.0
         for gpu in memory.gpus:
             on_gpu = role == "target" or gpu.draft_fixed > 0
@@ -235,7 +247,11 @@ def loop_config(settings: RepositorySettings) -> ModelConfig:
         T.LOOP_OUTPUTS,
         LoopParameters(
             target_model=T.TARGET,
-            draft_model=T.DRAFT,
+            draft_model=T.DRAFT if settings.draft is not None else "",
+            method=settings.method,
+            lookup_min_ngram=settings.lookup.min_ngram,
+            lookup_max_ngram=settings.lookup.max_ngram,
+            vocab_size=settings.vocab_size,
             max_draft_len=settings.max_draft_len,
             adaptive_draft=settings.adaptive_draft,
             use_draft_logits=settings.draft_logits,
@@ -319,11 +335,11 @@ def ensemble_config(settings: RepositorySettings, name: str = T.ENSEMBLE) -> Mod
 def pipeline_configs(settings: RepositorySettings, engines: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
     """The repository's models around a flavor's two ``engines`` (by name), by name: our
     spec_preprocessing -> spec_loop -> spec_postprocessing as ``ensemble`` and
-    ``tensorrt_llm_bls``, and TensorRT-LLM's own ``preprocessing`` and ``postprocessing``."""
+    ``tensorrt_llm_bls``, and TensorRT-LLM's own ``preprocessing`` and ``postprocessing``; no
+    ``tensorrt_llm_draft`` for a method without a draft model."""
     return {
         T.PREPROCESSING: preprocessing_config(settings),
-        T.TARGET: engines[T.TARGET],
-        T.DRAFT: engines[T.DRAFT],
+        **{T.ENGINE_MODELS[role]: engines[T.ENGINE_MODELS[role]] for role in settings.roles},
         T.LOOP: loop_config(settings),
         T.POSTPROCESSING: postprocessing_config(settings),
         T.ENSEMBLE: ensemble_config(settings),

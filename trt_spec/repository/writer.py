@@ -118,7 +118,7 @@ def write_repository(
         tokenizer_source = Path(tokenizer_dir) if tokenizer_dir else hf_checkpoint_dir(spec, "target")
         hf_dirs["target"] = str(tokenizer_source)
     # A flavor that runs the draft's checkpoint needs it there (downloaded).
-    if chosen.needs_draft_checkpoint or spec.draft.local_dir(spec.source_dir) is not None:
+    if spec.draft is not None and (chosen.needs_draft_checkpoint or spec.draft.local_dir(spec.source_dir) is not None):
         hf_dirs["draft"] = str(hf_checkpoint_dir(spec, "draft"))
     settings = flavors.settings_from_plan(
         plan,

@@ -68,6 +68,7 @@ import torch
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.errors import GenerationParamsError
 from trt_spec.runtime.loop import PLAIN_DECODING, GenerationParams, LoopState, call_seed
+from trt_spec.runtime.methods import DRAFT_MODEL
 from trt_spec.runtime.parameters import LoopParameters
 from trt_spec.runtime.penalties import NEUTRAL_TEMPERATURE, Penalties, adjusted_scores
 from trt_spec.runtime.sampling import GREEDY_TEMPERATURE, filtered_softmax
@@ -397,7 +398,7 @@ async def run_loop(
     state = state if state is not None else new_state(request)
     times = times if times is not None else LoopTimes()
     greedy = request.params.sampling.greedy
-    want_logits = settings.use_draft_logits and not greedy
+    proposer = StepProposer(request, settings, engines)
 
     def seed_of(call_index: int) -> int:
         return 0 if greedy else call_seed(request.seed, call_index)  # greedy calls send no seed
@@ -409,35 +410,13 @@ async def run_loop(
             raise Cancelled()
         started = clock()
         sequence = list(state.sequence)  # a copy: commit() extends the state's list
-        generated = len(state.output)
-        min_tokens = request.penalties.after(generated).min_tokens
-        if in_flight is not None:
-            load = in_flight()
-            cap = settings.scheduled_k(load) if request.follows_schedule else None
-            num_draft_tokens = state.next_num_draft_tokens(cap)
-            key = (load, num_draft_tokens)
-            times.steps_by_load[key] = times.steps_by_load.get(key, 0) + 1
-        else:
-            num_draft_tokens = state.next_num_draft_tokens()
-        draft_tokens: list[int] = []
-        draft_logits = None
-        if num_draft_tokens > 0:
-            outputs = await engines.infer(
-                settings.draft_model,
-                engine_inputs(
-                    request,
-                    sequence,
-                    num_draft_tokens,
-                    seed_of(call_index),
-                    return_logits=want_logits,
-                    min_tokens=min_tokens,
-                ),
-                _requested(want_logits),
-            )
-            draft_tokens = output_tokens(outputs, settings.draft_model)[:num_draft_tokens]
-            if want_logits and draft_tokens:
-                raw = _generation_logits(outputs, len(draft_tokens), settings.draft_model)
-                draft_logits = draft_distribution_logits(raw, request, sequence, draft_tokens)
+        min_tokens = request.penalties.after(len(state.output)).min_tokens
+        load = in_flight() if in_flight is not None else None
+        cap = settings.scheduled_k(load) if load is not None and request.follows_schedule else None
+        num_draft_tokens = state.next_num_draft_tokens(cap)
+        if load is not None:
+            times.steps_by_load[(load, num_draft_tokens)] = times.steps_by_load.get((load, num_draft_tokens), 0) + 1
+        draft = await proposer.propose(sequence, num_draft_tokens, seed_of(call_index), min_tokens)
         call_index += 1
         drafted = clock()
         outputs = await engines.infer(
@@ -445,24 +424,25 @@ async def run_loop(
             engine_inputs(
                 request,
                 sequence,
-                len(draft_tokens) + 1,
+                len(draft.tokens) + 1,
                 seed_of(call_index),
-                draft_tokens=draft_tokens,
-                draft_logits=draft_logits,
+                draft_tokens=draft.tokens,
+                draft_logits=draft.logits,
                 return_logits=request.return_log_probs,
-                return_perf_metrics=bool(draft_tokens),
+                return_perf_metrics=bool(draft.tokens),
                 min_tokens=min_tokens,
             ),
-            _requested(request.return_log_probs, drafts=bool(draft_tokens)),
+            _requested(request.return_log_probs, drafts=bool(draft.tokens)),
         )
         call_index += 1
         verified = clock()
         new_tokens = state.commit(
-            draft_tokens,
+            draft.tokens,
             output_tokens(outputs, settings.target_model),
             drafted - started,
             verified - drafted,
-            num_verified=verified_drafts(outputs, len(draft_tokens)) if draft_tokens else None,
+            num_verified=verified_drafts(outputs, len(draft.tokens)) if draft.tokens else None,
+            source=draft.source,
         )
         if request.return_log_probs and log_probs is not None and new_tokens:
             rows = _generation_logits(outputs, len(new_tokens), settings.target_model)
@@ -476,6 +456,60 @@ async def run_loop(
         times.loop_seconds += finished - started
         times.engine_wait_seconds += verified - started
     return state
+
+
+@dataclass(frozen=True)
+class StepDraft:
+    """One step's drafts as the target gets them: ``tokens`` ``[k]``, ``logits`` ``[k, V]`` (the
+    ``draft_logits`` to send, or ``None``) and their ``source`` (``methods.SOURCES``; "" for none)."""
+
+    tokens: list[int]
+    logits: np.ndarray | None = None
+    source: str = ""
+
+
+class StepProposer:
+    """Where a step's drafts come from: the spec's method first (``methods.Method.propose``: the
+    request's own tokens, for prompt lookup), else one call to the draft engine for K tokens (it may
+    return fewer, e.g. after ``end_id``). With ``use_draft_logits`` a sampled request's drafts carry
+    the distribution they were drawn from: the draft engine's (:func:`draft_distribution_logits`),
+    or a lookup's point mass (:func:`point_mass_logits`)."""
+
+    def __init__(self, request: LoopRequest, settings: LoopParameters, engines: EngineClient):
+        self.request, self.settings, self.engines = request, settings, engines
+        self.method, self.lookup = settings.speculation, settings.lookup
+        self.want_logits = settings.use_draft_logits and not request.params.sampling.greedy
+
+    async def propose(self, sequence: Sequence[int], num_draft_tokens: int, seed: int, min_tokens: int) -> StepDraft:
+        if num_draft_tokens == PLAIN_DECODING:
+            return StepDraft([])
+        proposal = self.method.propose(sequence, num_draft_tokens, self.lookup)
+        if proposal is not None:
+            logits = point_mass_logits(proposal.tokens, self.settings.vocab_size) if self.want_logits else None
+            return StepDraft(proposal.tokens, logits if proposal.tokens else None, proposal.source)
+        model = self.settings.draft_model
+        outputs = await self.engines.infer(
+            model,
+            engine_inputs(
+                self.request, sequence, num_draft_tokens, seed, return_logits=self.want_logits, min_tokens=min_tokens
+            ),
+            _requested(self.want_logits),
+        )
+        tokens = output_tokens(outputs, model)[:num_draft_tokens]
+        logits = None
+        if self.want_logits and tokens:
+            raw = _generation_logits(outputs, len(tokens), model)
+            logits = draft_distribution_logits(raw, self.request, sequence, tokens)
+        return StepDraft(tokens, logits, DRAFT_MODEL)
+
+
+def point_mass_logits(tokens: Sequence[int], vocab_size: int) -> np.ndarray:
+    """``[k, V]`` float32 ``draft_logits`` whose softmax is one-hot at each token: a lookup draft's
+    distribution, a point mass, against which the target's rejection sampling is exact
+    (``methods/prompt_lookup.py`` derives it). Off-token logits are :data:`MASKED_LOGIT`."""
+    logits = np.full((len(tokens), vocab_size), MASKED_LOGIT, dtype=np.float32)  # [k, V]
+    logits[np.arange(len(tokens)), list(tokens)] = 0.0
+    return logits
 
 
 def _requested(logits: bool, *, drafts: bool = False) -> list[str]:

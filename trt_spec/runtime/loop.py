@@ -26,6 +26,7 @@ import torch
 
 from trt_spec.runtime.costs import DEFAULT_STEP_COSTS, StepCosts, expected_tokens_per_call  # noqa: F401 - part of this API
 from trt_spec.runtime.errors import GenerationParamsError
+from trt_spec.runtime.methods import DRAFT_MODEL
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 from trt_spec.runtime.sampling import NO_TOP_K, NO_TOP_P, SamplingParams
 
@@ -43,6 +44,7 @@ class Draft:
 
     tokens: list[int]
     probs: torch.Tensor | None = None
+    source: str = ""  # where the drafts came from (methods.SOURCES); "" = the draft model
 
 
 NO_DRAFT = Draft(tokens=[])
@@ -132,6 +134,9 @@ class RequestStats:
     accepted_by_position: list[int] = field(default_factory=list)  # [K_max]
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
+    # By where the drafts came from (methods.SOURCES: the draft model, prompt lookup)
+    drafted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
 
     @property
     def acceptance_rate(self) -> float:
@@ -152,8 +157,14 @@ class RequestStats:
         (which needs every draft before it accepted too), as vLLM reports it."""
         return [a / d if d else 0.0 for a, d in zip(self.accepted_by_position, self.drafted_by_position)]
 
-    def record(self, num_drafted: int, num_accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+    def record(
+        self, num_drafted: int, num_accepted: int, draft_seconds: float, verify_seconds: float, source: str = ""
+    ) -> None:
         self.iterations += 1
+        if num_drafted:
+            source = source or DRAFT_MODEL
+            self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + num_drafted
+            self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + num_accepted
         self.target_calls += 1
         self.drafted_tokens += num_drafted
         self.accepted_tokens += num_accepted
@@ -177,7 +188,15 @@ class AdaptiveDraftLength:
     3.4; E from the measured profile where the costs carry one, :meth:`StepCosts.tokens_per_call`),
     with the deployment's fixed :class:`StepCosts`; alpha is an exponential moving average
     of this request's accept/reject decisions, so K follows the local acceptance rate and depends
-    on the tokens alone. Never chooses 0: without drafts alpha could not be observed.
+    on the tokens alone.
+
+    K 0 (plain decoding, speedup 1 by definition) is a choice too: where no K is expected to beat
+    plain decoding (a draft that never agrees, a high temperature) the request stops paying for
+    drafts. Without drafts alpha is not observed, so the request then *probes*: one step of K 1 (the
+    cheapest observation) after every :data:`PROBE_EVERY` plain steps, and again at once after a probe
+    that was accepted, so that a request whose text turned predictable is back to speculating within a
+    few steps while one that stays unpredictable pays a probe's extra cost (t_d + what one more
+    verified position adds, relative to a target step) on one step in PROBE_EVERY + 1.
     """
 
     SMOOTHING = 0.9  # weight of the past in the moving average (~10 steps of memory)
@@ -191,6 +210,12 @@ class AdaptiveDraftLength:
     # 20, chose K as the i.i.d. form does (2.61 tokens per target call); 0.95 and 40, 2.88.
     PROFILE_SMOOTHING = 0.95
     PROFILE_PRIOR_DECISIONS = 40.0
+    # Plain steps between probes. A probe costs the draft step and one verified position, at most
+    # ~0.4 of a target step on this machine's twin (docs/measurements.md), so 16 keeps a collapsed
+    # request within 0.4 / 17 ~ 2.4% of plain decoding, under the 5% asked of it, and notices a
+    # recovery within 16 tokens.
+    PROBE_EVERY = 16
+    PROBE_K = 1
 
     def __init__(self, max_draft_tokens: int, costs: StepCosts = DEFAULT_STEP_COSTS):
         self.max_draft_tokens = max_draft_tokens
@@ -201,6 +226,8 @@ class AdaptiveDraftLength:
         else:
             self._decided = self.PROFILE_PRIOR_DECISIONS if costs.prior_profile else self.MEASURED_PRIOR_DECISIONS
             self._accepted = costs.prior_alpha * self._decided
+        self._plain_steps = 0  # plain steps chosen since the last step with drafts
+        self._probe_accepted = False  # the last step with drafts was a probe that was accepted
 
     @property
     def alpha(self) -> float:
@@ -208,9 +235,18 @@ class AdaptiveDraftLength:
 
     def next_num_draft_tokens(self) -> int:
         alpha = self.alpha
-        return max(range(1, self.max_draft_tokens + 1), key=lambda k: self.costs.speedup(alpha, k))
+        best = max(range(1, self.max_draft_tokens + 1), key=lambda k: self.costs.speedup(alpha, k))
+        if self.costs.speedup(alpha, best) > 1.0:
+            self._plain_steps = 0
+            return best
+        if self._probe_accepted or self._plain_steps >= self.PROBE_EVERY:
+            self._plain_steps = 0
+            return self.PROBE_K
+        self._plain_steps += 1
+        return PLAIN_DECODING
 
     def update(self, num_drafted: int, num_accepted: int) -> None:
+        self._probe_accepted = num_drafted == self.PROBE_K and num_accepted == num_drafted
         decay = self.smoothing
         self._accepted = decay * self._accepted + num_accepted
         self._decided = decay * self._decided + num_accepted + (num_accepted < num_drafted)
@@ -314,9 +350,11 @@ class LoopState:
         draft_seconds: float = 0.0,
         verify_seconds: float = 0.0,
         num_verified: int | None = None,
+        source: str = "",
     ) -> list[int]:
         """Take one step's answer: ``emitted`` (the target's tokens) for ``draft_tokens``, of
-        which the target verified the first ``num_verified`` (``None``: all; class docstring).
+        which the target verified the first ``num_verified`` (``None``: all; class docstring);
+        ``source``: where the drafts came from (``methods.SOURCES``; "" = the draft model).
 
         Records the step's statistics, appends tokens to the output up to the first EOS (not
         emitted), stop sequence (emitted) or ``max_new_tokens``, and returns the tokens kept.
@@ -337,7 +375,7 @@ class LoopState:
                 )
             draft_tokens = draft_tokens[:num_verified]  # the rest were discarded unseen
         num_accepted = common_prefix_length(draft_tokens, emitted)
-        self.stats.record(len(draft_tokens), num_accepted, draft_seconds, verify_seconds)
+        self.stats.record(len(draft_tokens), num_accepted, draft_seconds, verify_seconds, source)
         if self._adaptive and draft_tokens:  # a step without drafts observes no acceptance
             self._adaptive.update(len(draft_tokens), num_accepted)
 
@@ -436,7 +474,7 @@ class Generation:
             emitted = self._verifier.verify(state.sequence, draft, sampling, self._generator)
             verified = time.perf_counter()
             _check_emitted(draft, emitted)
-            new_tokens = state.commit(draft.tokens, emitted, drafted - started, verified - drafted)
+            new_tokens = state.commit(draft.tokens, emitted, drafted - started, verified - drafted, source=draft.source)
             if new_tokens:
                 yield new_tokens
 

@@ -20,9 +20,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
+from trt_spec.runtime import methods
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import StepCosts
 from trt_spec.runtime.errors import GenerationParamsError, ModelParametersError
+from trt_spec.runtime.methods import DEFAULT_MAX_NGRAM, DEFAULT_METHOD, DEFAULT_MIN_NGRAM
 
 # The longest draft a spec may ask for (``speculative.num_draft_tokens``) and a request may send.
 MAX_DRAFT_TOKENS = 16
@@ -160,7 +162,7 @@ class LoopParameters(ModelParameters):
     MODELS: ClassVar[tuple[str, ...]] = (T.LOOP,)
 
     target_model: str
-    draft_model: str
+    draft_model: str  # "" for a method without a draft model
     max_draft_len: int  # K of the target engine: the most drafts one verification takes
     adaptive_draft: bool  # choose K each step; the default when a request does not send adaptive_draft
     use_draft_logits: bool  # sampled requests verify with the draft's logits (rejection sampling)
@@ -184,9 +186,24 @@ class LoopParameters(ModelParameters):
     # on the llmapi route). False: they decode plainly (K = 0), as on TensorRT-LLM's C++ engines, whose
     # token matching is biased (bls.py). Only `serve`'s twin of an llmapi route sets it.
     sampled_token_match: bool = False
+    # speculative.method (trt_spec.runtime.methods) and speculative.prompt_lookup's n-gram sizes.
+    method: str = DEFAULT_METHOD
+    lookup_min_ngram: int = DEFAULT_MIN_NGRAM
+    lookup_max_ngram: int = DEFAULT_MAX_NGRAM
+    vocab_size: int = 0  # the target's vocabulary: a lookup draft's one-hot draft_logits are this wide
 
     def __post_init__(self) -> None:
         model = " / ".join(self.MODELS)
+        try:
+            speculation = methods.get(self.method)
+            self.lookup  # noqa: B018 - raises on sizes out of range
+        except ValueError as exc:
+            raise ModelParametersError(f"{model}: {exc}; {_FIX}") from None
+        if speculation.uses_draft_model != bool(self.draft_model):
+            raise ModelParametersError(
+                f"{model}: method {self.method} {'needs' if speculation.uses_draft_model else 'has no'} a draft_model; "
+                f"got {self.draft_model!r}; {_FIX}"
+            )
         try:
             schedule = self.schedule
         except ValueError:
@@ -248,6 +265,19 @@ class LoopParameters(ModelParameters):
             ValueError: an entry that is not a number.
         """
         return tuple(float(value) for value in self.prior_profile.split(",")) if self.prior_profile.strip() else ()
+
+    @property
+    def speculation(self) -> methods.Method:
+        return methods.get(self.method)
+
+    @property
+    def lookup(self) -> methods.LookupParams:
+        """The prompt lookup's n-gram sizes.
+
+        Raises:
+            ValueError: sizes out of range.
+        """
+        return methods.LookupParams(self.lookup_min_ngram, self.lookup_max_ngram)
 
     def step_costs(self) -> StepCosts:
         """Adaptive K's fixed costs, prior and profile as this config gives them."""

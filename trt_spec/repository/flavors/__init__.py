@@ -32,7 +32,6 @@ from trt_spec.repository import configs
 from trt_spec.repository.configs import EngineSettings, ModelConfig, RepositorySettings
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import Acceptance, AcceptanceProfile, StepCosts, alpha_of
-from trt_spec.runtime.tensors import ROLES
 from trt_spec.spec import Spec
 
 
@@ -94,7 +93,7 @@ class Flavor:
 
     def model_configs(self, settings: RepositorySettings) -> dict[str, ModelConfig]:
         """Every model of the repository, by name: the shared pipeline around this flavor's engines."""
-        engines = {T.ENGINE_MODELS[role]: self.engine_config(settings, role) for role in ROLES}
+        engines = {T.ENGINE_MODELS[role]: self.engine_config(settings, role) for role in settings.roles}
         return configs.pipeline_configs(settings, engines)
 
     def source(self, model: str) -> str | None:
@@ -228,7 +227,7 @@ def settings_from_plan(
         costs = dataclasses.replace(costs, prior_alpha=alpha_of(acceptance), prior_profile=profile)
         schedule_acceptance = acceptance
     engines = {}
-    for role in ROLES:
+    for role in spec.roles:
         local = engine_dir(spec, role)
         served = str(Path(engines_mount) / spec.name / role) if engines_mount is not None else str(local.resolve())
         engines[role] = EngineSettings(
@@ -250,7 +249,9 @@ def settings_from_plan(
         acceptance=spec.speculative.acceptance,
         vocab_size=plan.target.model.vocab_size,
         target=engines["target"],
-        draft=engines["draft"],
+        draft=engines.get("draft"),
+        method=spec.speculative.method,
+        lookup=spec.speculative.prompt_lookup.params,
         adaptive_draft=adaptive_draft,
         torch_threads=torch_threads,
         step_costs=costs,

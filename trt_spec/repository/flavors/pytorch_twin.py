@@ -27,7 +27,8 @@ class TorchFlavor(Flavor):
     def step_costs(self, plan: Plan) -> StepCosts:
         """t_d / t_1 as the draft's streamed parameters over the target's, and the twin's measured
         verify slope on a CPU."""
-        draft, target = (rank_params(role.model, 1).streamed for role in (plan.draft, plan.target))
+        target = rank_params(plan.target.model, 1).streamed
+        draft = rank_params(plan.draft.model, 1).streamed if plan.draft else 0  # prompt lookup: ~free
         return StepCosts.from_parameters(draft, target, verify_slope=CPU_VERIFY_SLOPE)
 
     def k_schedule(self, plan: Plan, acceptance: Acceptance) -> tuple[int, ...]:
@@ -60,10 +61,10 @@ class TorchFlavor(Flavor):
         )
 
     def notes(self, settings: RepositorySettings, repo: Path) -> list[str]:
+        checkpoints = " and ".join(str(settings.engine(role).hf_model_dir) for role in settings.roles)
         return [
-            f"torch flavor: the engine models run the Hugging Face checkpoints {settings.target.hf_model_dir} and "
-            f"{settings.draft.hf_model_dir} in PyTorch (CPU, or CUDA when present); serve with "
-            f"`trt-spec serve --repo {repo}`"
+            f"torch flavor: the engine models run the Hugging Face checkpoint{'s' if settings.draft else ''} "
+            f"{checkpoints} in PyTorch (CPU, or CUDA when present); serve with `trt-spec serve --repo {repo}`"
         ]
 
 

@@ -16,7 +16,6 @@ from trt_spec.repository.flavors import Flavor
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import Acceptance, StepCosts
 from trt_spec.runtime.parameters import TrtllmEngineParameters
-from trt_spec.runtime.tensors import ROLES
 
 # guaranteed_no_evict: a request admitted to the batch always has KV blocks to finish, so a
 # verifying target is never paused between draft and verify.
@@ -127,7 +126,7 @@ def check_built_engines(plan: Plan, settings: RepositorySettings) -> list[str]:
     spec = plan.spec
     notes, vocab = [], {}
     fix = "rebuild with `trt-spec build --spec F --force`, or change the spec to match the engine"
-    for role in ROLES:
+    for role in spec.roles:
         directory = engine_dir(spec, role)
         config = read_engine_config(directory)
         if config is None:
