@@ -62,10 +62,11 @@ def profile_iterations(
     inside = dict.fromkeys(timers, 0.0)  # what ran inside the requests, prefill excluded
     total_seconds = draft_seconds = verify_seconds = 0.0
     iterations = 0
+    draft = pair.draft_model  # raises for a pair without one: this profile splits the draft's time
     with (
-        _timed(pair.draft.runner, "forward", timers, "draft forward"),
+        _timed(draft.runner, "forward", timers, "draft forward"),
         _timed(pair.target.runner, "forward", timers, "target forward"),
-        _timed(pair.draft, "logits", timers, "engine calls"),
+        _timed(draft, "logits", timers, "engine calls"),
         _timed(pair.target, "logits", timers, "engine calls"),
     ):
         for index, prompt in enumerate(prompts):
@@ -76,7 +77,7 @@ def profile_iterations(
                 eos_token_ids=pair.eos_token_ids,
             )
             pair.target.logits(prompt, 1)  # prefill; the request then reuses the cached prompt
-            pair.draft.logits(prompt, 1)
+            draft.logits(prompt, 1)
             before = dict(timers)
             started = time.perf_counter()
             generation = pair.generate(prompt, params, seed=index)

@@ -373,7 +373,8 @@ def _run_local(pair: TwinPair, prompt: str, num_draft_tokens: int, options: dict
     from trt_spec.runtime.text import IncrementalDetokenizer
 
     pair.target.reset()
-    pair.draft.reset()
+    if pair.draft is not None:
+        pair.draft.reset()
     tokenizer: Any = pair.tokenizer  # a transformers tokenizer (untyped)
     ids = list(tokenizer(prompt).input_ids)  # as preprocessing encodes it
     params = GenerationParams(

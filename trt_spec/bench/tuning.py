@@ -110,7 +110,7 @@ def run_tuning(
         version=REPORT_VERSION,
         spec_name=spec.name,
         target=spec.target.model,
-        draft=spec.draft.model,
+        draft=spec.draft.model if spec.draft else None,
         spec_k=spec.num_draft_tokens,
         gpu=spec.engine.gpu,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

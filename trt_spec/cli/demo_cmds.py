@@ -57,7 +57,7 @@ def demo(spec_path, max_tokens, keep) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="trt-spec-demo-"))
     server = None
     try:
-        step("check", f"the pair {spec.target.model} / {spec.draft.model}")
+        step("check", f"the pair {spec.target.model} / {spec.draft.model if spec.draft else 'prompt lookup'}")
         checked = check_pair(spec)
         if not checked.ok:
             raise click.ClickException("; ".join(f"{row.check}: {row.detail}" for row in checked.fatal))

@@ -234,7 +234,8 @@ def engine_bytes(plan: Plan) -> int:
     """Both engines' weights, every rank: what a replica reads from the volume at start (the
     llmapi flavor reads the same weights from the two checkpoints)."""
     memory = plan.memory
-    return memory.target.weights_bytes * memory.target.tp_size + memory.draft.weights_bytes * memory.draft.tp_size
+    draft = memory.draft.weights_bytes * memory.draft.tp_size if memory.draft else 0  # none for prompt lookup
+    return memory.target.weights_bytes * memory.target.tp_size + draft
 
 
 def startup_budget_s(plan: Plan, launcher: str, load_throughput_mb_s: float) -> int:
@@ -267,11 +268,11 @@ def engine_models(plan: Plan, engines_path: str) -> list[EngineModel]:
     draft's ranks on the GPUs the memory plan puts them on (``tensorrt_llm``/``tensorrt_llm_draft``)."""
     spec = plan.spec
     target_gpus = tuple(range(spec.target.tp_size))
-    draft_gpus = tuple(range(spec.draft.tp_size))  # the memory plan puts draft rank r beside target rank r
-    return [
-        EngineModel("tensorrt_llm", Path(engines_path) / spec.name / "target", target_gpus),
-        EngineModel("tensorrt_llm_draft", Path(engines_path) / spec.name / "draft", draft_gpus),
-    ]
+    models = [EngineModel("tensorrt_llm", Path(engines_path) / spec.name / "target", target_gpus)]
+    if spec.draft is not None:  # no draft engine for prompt lookup
+        draft_gpus = tuple(range(spec.draft.tp_size))  # the memory plan puts draft rank r beside target rank r
+        models.append(EngineModel("tensorrt_llm_draft", Path(engines_path) / spec.name / "draft", draft_gpus))
+    return models
 
 
 def image_trtllm_version(image: str) -> str | None:

@@ -158,7 +158,7 @@ class TuningReport(_Strict):
     version: int
     spec_name: str
     target: str  # the spec's target.model
-    draft: str
+    draft: str | None  # the spec's draft.model; None for a method without a draft model
     spec_k: int  # the spec's num_draft_tokens when tuned
     gpu: str  # the spec's engine.gpu, which the projection is for
     created: str  # ISO 8601
@@ -211,10 +211,11 @@ class TuningReport(_Strict):
 
     def check_matches(self, spec: Spec) -> None:
         """Raises SpecError when the report was measured on another pair than the spec's."""
-        if (self.target, self.draft) != (spec.target.model, spec.draft.model):
+        draft = spec.draft.model if spec.draft else None
+        if (self.target, self.draft) != (spec.target.model, draft):
             raise SpecError(
                 f"the tuning report is for target {self.target!r} with draft {self.draft!r}, not the spec's "
-                f"{spec.target.model!r} with {spec.draft.model!r}; run `trt-spec tune --spec` on this spec"
+                f"{spec.target.model!r} with {draft!r}; run `trt-spec tune --spec` on this spec"
             )
 
     def warnings(self, spec: Spec) -> list[str]:

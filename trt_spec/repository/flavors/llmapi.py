@@ -119,7 +119,7 @@ class LlmApiFlavor(Flavor):
         sampler, cited there)."""
         k, tp = spec.num_draft_tokens, spec.target.tp_size
         warnings = []
-        if spec.draft.tp_size != tp:
+        if spec.draft is not None and spec.draft.tp_size != tp:
             warnings.append(
                 f"llmapi route: the draft runs at the target's tp {tp}, not draft.tp_size {spec.draft.tp_size} "
                 "(TensorRT-LLM's PyTorch backend runs it with the target's parallel mapping); the memory plan "
@@ -158,6 +158,13 @@ class LlmApiFlavor(Flavor):
         return None  # upstream's model.py (notes() says where it comes from)
 
     def files(self, plan: Plan, settings: RepositorySettings, *, trtllm_version: str | None = None) -> dict[str, str]:
+        if plan.spec.speculative.method != "draft_target":
+            # NGram (prompt_lookup) on this route is not written yet; the engine route serves it.
+            raise RepositoryError(
+                f"speculative.method {plan.spec.speculative.method}: the llmapi flavor writes DraftTarget options "
+                "only so far; serve this spec with triton.flavor tensorrtllm (GPU engines) or torch "
+                "(`trt-spec repo --flavor torch`)"
+            )
         version = llm_args.version_line(trtllm_version or llm_args.DEFAULT_TRTLLM_VERSION)
         label = llm_args.VERSION_LABELS[version]
         options = llm_options(plan, version)
@@ -254,7 +261,7 @@ def llm_options(plan: Plan, version: str) -> dict:
         "max_num_tokens": plan.target.max_num_tokens,
         "max_seq_len": engine.max_seq_len,
         "dtype": engine.dtype,
-        "trust_remote_code": spec.target.trust_remote_code or spec.draft.trust_remote_code,
+        "trust_remote_code": _trusts_remote_code(spec),
         # The memory plan's KV budget (plan/memory.py), as for the engine route
         # (configs.kv_cache_fractions); block reuse off as in upstream's draft-target examples
         # (tests/unittest/_torch/speculative/hw_agnostic/test_draft_target.py @1a43c7d62d008ca9d1efdfd50f9180390598d314).
@@ -290,7 +297,7 @@ def serve_argv(plan: Plan, version: str, options_path: str) -> list[str]:
         "--max_num_tokens", str(plan.target.max_num_tokens),
         "--max_seq_len", str(spec.engine.max_seq_len),
     ]  # fmt: skip
-    if spec.target.trust_remote_code or spec.draft.trust_remote_code:
+    if _trusts_remote_code(spec):
         argv.append("--trust_remote_code")
     return [*argv, OPTIONS_FLAG[llm_args.version_line(version)], options_path]
 
@@ -330,3 +337,7 @@ def triton_config() -> ModelConfig:
 
 def _dump(data: dict) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def _trusts_remote_code(spec: Spec) -> bool:
+    return spec.target.trust_remote_code or (spec.draft is not None and spec.draft.trust_remote_code)
