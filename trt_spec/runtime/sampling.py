@@ -118,8 +118,12 @@ def greedy_verify(draft_tokens: Sequence[int], target_logits: torch.Tensor) -> l
 
     ``target_logits`` is ``[K + 1, V]``: row i scores the position of draft token i; row K the
     position after the last draft. Returns 1..K+1 tokens.
+
+    Raises:
+        ValueError: the shapes do not fit together, or a draft token id is outside [0, V).
     """
     _check_target_rows(len(draft_tokens), target_logits)
+    _check_draft_ids(draft_tokens, target_logits.shape[-1])
     target_choice = target_logits.argmax(dim=-1).tolist()  # [K + 1]
     emitted: list[int] = []
     for draft_token, target_token in zip(draft_tokens, target_choice):
@@ -143,8 +147,12 @@ def token_match_verify(
     :func:`greedy_verify`. Randomness used: one draw by :func:`sample` for all K + 1 rows.
 
     ``target_probs`` is ``[K + 1, V]``; returns 1..K+1 tokens.
+
+    Raises:
+        ValueError: the shapes do not fit together, or a draft token id is outside [0, V).
     """
     _check_target_rows(len(draft_tokens), target_probs)
+    _check_draft_ids(draft_tokens, target_probs.shape[-1])
     target_choice = sample(target_probs, generator).tolist()  # [K + 1]
     emitted: list[int] = []
     for draft_token, target_token in zip(draft_tokens, target_choice):
@@ -177,7 +185,8 @@ def rejection_sample(
         The emitted tokens, 1..K+1 of them.
 
     Raises:
-        ValueError: when the shapes do not fit together.
+        ValueError: when the shapes do not fit together, or a draft token id is outside [0, V)
+            (a negative one would otherwise index from the end of the vocabulary).
     """
     dtype = torch.promote_types(target_probs.dtype, torch.float32)
     target = target_probs.to(dtype)  # [K + 1, V]
@@ -185,6 +194,7 @@ def rejection_sample(
     tokens = torch.as_tensor(draft_tokens, dtype=torch.long, device=target.device)  # [K]
     num_drafts = tokens.shape[0]
     _check_target_rows(num_drafts, target)
+    _check_draft_ids(draft_tokens, target.shape[-1])
     if draft.shape != (num_drafts, target.shape[-1]):
         raise ValueError(f"draft_probs must be [K, V] = [{num_drafts}, {target.shape[-1]}]; got {list(draft.shape)}")
 
@@ -229,6 +239,9 @@ def verify_drafts(
 
     Returns:
         The accepted drafts, then one recovered or bonus token: 1..K+1 tokens.
+
+    Raises:
+        ValueError: the shapes do not fit together, or a draft token id is outside [0, V).
     """
     if sampling.greedy:
         return greedy_verify(draft_tokens, target_scores)
@@ -254,3 +267,22 @@ def residual_distribution(target_probs: torch.Tensor, draft_probs: torch.Tensor)
 def _check_target_rows(num_drafts: int, target: torch.Tensor) -> None:
     if target.dim() != 2 or target.shape[0] != num_drafts + 1:
         raise ValueError(f"target rows must be [K + 1, V] with K = {num_drafts}; got {list(target.shape)}")
+
+
+def first_outside_vocabulary(tokens: Sequence[int] | torch.Tensor, vocab_size: int) -> tuple[int, int] | None:
+    """``(position, id)`` of the first token id outside ``[0, vocab_size)``, or ``None`` when all are in it.
+
+    Every step runs it: the common case costs one min and one max over the K ids.
+    """
+    ids = tokens.tolist() if isinstance(tokens, torch.Tensor) else tokens
+    if len(ids) == 0 or (min(ids) >= 0 and max(ids) < vocab_size):
+        return None
+    return next((position, int(token)) for position, token in enumerate(ids) if not 0 <= token < vocab_size)
+
+
+def _check_draft_ids(draft_tokens: Sequence[int] | torch.Tensor, vocab_size: int) -> None:
+    """Refuse a draft token id outside ``[0, V)``: a negative one would read token V + id's row."""
+    outside = first_outside_vocabulary(draft_tokens, vocab_size)
+    if outside is not None:
+        position, token = outside
+        raise ValueError(f"draft token {token} at position {position} is outside the vocabulary [0, {vocab_size})")

@@ -60,7 +60,13 @@ from trt_spec.runtime.penalties import (
     adjusted_scores,
 )
 from trt_spec.runtime.prefix_cache import PrefixCachePool
-from trt_spec.runtime.sampling import SamplingParams, filtered_softmax, sample, verify_drafts
+from trt_spec.runtime.sampling import (
+    SamplingParams,
+    filtered_softmax,
+    first_outside_vocabulary,
+    sample,
+    verify_drafts,
+)
 from trt_spec.runtime.tensors import ROLES
 from trt_spec.runtime.torch_engine import TorchCausalLM
 
@@ -344,11 +350,18 @@ class TwinEngine:
         global generator); served calls use :func:`request_generator`.
 
         Raises:
-            EngineRequestError: drafts past ``max_draft_len``, or a sequence past ``max_seq_len``.
+            EngineRequestError: drafts past ``max_draft_len`` or outside the vocabulary, or a
+                sequence past ``max_seq_len``.
         """
         if len(request.draft_tokens) > self.max_draft_len:
             raise EngineRequestError(
                 f"{len(request.draft_tokens)} draft_input_ids exceed the engine's max_draft_len {self.max_draft_len}"
+            )
+        outside = first_outside_vocabulary(request.draft_tokens, self.vocab_size)
+        if outside is not None:
+            position, token = outside
+            raise EngineRequestError(
+                f"draft_input_ids[{position}] = {token} is outside the engine's vocabulary [0, {self.vocab_size})"
             )
         if len(request.sequence) + request.request_output_len > self.max_seq_len:
             raise EngineRequestError(
