@@ -154,6 +154,19 @@ def two_token_distribution(checkpoint, prompt: str, sampling, penalties, eos: in
     return distribution
 
 
+def chi_square_z(counts, expected: dict, num: int) -> float:
+    """Pearson's chi-square of ``counts`` (outcome -> count of ``num`` draws) against ``expected``
+    (outcome -> probability) over the outcomes expected >= 5 times (the rest pooled), as a z-score
+    by its normal approximation (mean df, variance 2 df)."""
+    bins = [outcome for outcome, p in expected.items() if num * p >= 5]
+    observed = [counts[outcome] for outcome in bins] + [num - sum(counts[outcome] for outcome in bins)]
+    means = [num * expected[outcome] for outcome in bins]
+    means.append(num - sum(means))
+    chi_square = sum((o - m) ** 2 / m for o, m in zip(observed, means) if m > 0)
+    df = len(means) - 1
+    return (chi_square - df) / (2 * df) ** 0.5
+
+
 def decode(target, tokens) -> str:
     return target[1].decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 

@@ -18,6 +18,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from conftest import chi_square_z
 from test_twin import PROMPT, early_exit_draft, tiny_llama
 from test_twin_engine import LocalEngines, loop_inputs, loop_parameters, twin_engines
 
@@ -246,13 +247,7 @@ def test_sampled_completions_with_penalties_follow_the_target_distribution(model
     assert drafted >= num and 0 < accepted < drafted
     expected = exact_two_token_distribution(models[0], prompt)
     assert sum(c for completion, c in counts.items() if completion not in expected) == 0
-    bins = [completion for completion, p in expected.items() if num * p >= 5]
-    observed = [counts[b] for b in bins] + [num - sum(counts[b] for b in bins)]
-    means = [num * expected[b] for b in bins]
-    means.append(num - sum(means))
-    chi_square = sum((o - m) ** 2 / m for o, m in zip(observed, means) if m > 0)
-    df = len(means) - 1
-    assert (chi_square - df) / (2 * df) ** 0.5 <= 6, (chi_square, df)
+    assert chi_square_z(counts, expected, num) <= 6
 
 
 def test_draft_logits_sent_are_the_drafts_penalised_distribution(models):

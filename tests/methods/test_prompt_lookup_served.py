@@ -10,7 +10,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import DEMO_PAIR, decode, greedy_reference, serve_emulated, two_token_distribution
+from conftest import DEMO_PAIR, chi_square_z, decode, greedy_reference, serve_emulated, two_token_distribution
 
 from trt_spec.bench.prompts import prompt_texts
 from trt_spec.client import SpecClient
@@ -108,12 +108,4 @@ def test_sampled_output_follows_the_target_distribution(server):
         results = [r for chunk in pool.map(run, [range(s, NUM_SAMPLED, 4) for s in range(4)]) for r in chunk]
     assert sum(drafted for _, drafted in results) >= NUM_SAMPLED  # every request verified a lookup draft
     expected = two_token_distribution(DEMO_PAIR / "target", SAMPLED_PROMPT, SAMPLING, PENALTIES, 0)
-    counts = Counter(text for text, _ in results)
-    # Pearson's chi-square over the completions expected >= 5 times (the rest pooled), as a z-score.
-    bins = [text for text, p in expected.items() if NUM_SAMPLED * p >= 5]
-    observed = [counts[text] for text in bins] + [NUM_SAMPLED - sum(counts[text] for text in bins)]
-    means = [NUM_SAMPLED * expected[text] for text in bins]
-    means.append(NUM_SAMPLED - sum(means))
-    chi_square = sum((o - m) ** 2 / m for o, m in zip(observed, means) if m > 0)
-    df = len(means) - 1
-    assert (chi_square - df) / (2 * df) ** 0.5 <= 6, (chi_square, df)
+    assert chi_square_z(Counter(text for text, _ in results), expected, NUM_SAMPLED) <= 6
