@@ -113,6 +113,7 @@ CONTRACT_KEYS = [
     "k",
     "temperature",
     "adaptive",
+    "method",
     "tokens_per_s",
     "baseline_tokens_per_s",
     "speedup",
@@ -185,7 +186,7 @@ def test_server_rows_to_json_have_exactly_todays_keys():
     spec, plain = Tally(), Tally()
     spec.add_results([result(10, 0.02, 0.004), result(10, 0.04, None)], 2.0)
     plain.add_results([result(10, 0.01, 0.005)], 1.0)
-    head = CONTRACT_KEYS[:3] + ["concurrency"] + CONTRACT_KEYS[3:]
+    head = CONTRACT_KEYS[:4] + ["concurrency"] + CONTRACT_KEYS[4:]
     tail = ["ttft_ms", "itl_ms", "baseline_ttft_ms", "baseline_itl_ms", "requests", "tokens"]
     bare = ServerRow.measure(4, 0.0, 2, spec, plain, alpha=None).to_json()
     assert list(bare) == head + tail
