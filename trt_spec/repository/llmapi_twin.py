@@ -1,5 +1,5 @@
 """An llmapi-flavor repository read back as ``trtllm-serve`` would read it, for ``serve`` to run on
-the PyTorch twin (:class:`~trt_spec.repository.flavors.TwinRoute`).
+the PyTorch twin (:class:`~trt_spec.repository.twin_routes.TwinRoute`).
 
 What is read, and from where:
 
@@ -33,8 +33,8 @@ import yaml
 
 from trt_spec.errors import RepositoryError, SpecError
 from trt_spec.repository import llm_args
-from trt_spec.repository.flavors import TwinRoute
-from trt_spec.repository.flavors.llmapi import COMMAND_FILE, LLMAPI_FLAVOR, MODEL_YAML, OPTIONS_FILE, OPTIONS_FLAG, PORT
+from trt_spec.repository.llmapi_layout import COMMAND_FILE, LLMAPI_FLAVOR, MODEL_YAML, OPTIONS_FILE, OPTIONS_FLAG, PORT
+from trt_spec.repository.twin_routes import TwinRoute
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 from trt_spec.spec import Spec, SpeculativeSpec, parse_spec
 

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trt_spec.repository.flavors import TwinRoute
+from trt_spec.repository.twin_routes import TwinRoute
 from trt_spec.repository.writer import write_repository
 from trt_spec.serving.metrics import samples, scrape
-from trt_spec.serving.serve import ServeOptions
+from trt_spec.serving.options import ServeOptions
 
 TWIN_DIR = "twin"  # the twin repository's folder in the work directory
 INTERNAL_HOST = "127.0.0.1"  # Triton behind the twin: trtllm-serve opens no port but its OpenAI one

@@ -9,13 +9,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trt_spec.engines.versions import installed_versions
 from trt_spec.errors import ServerError
 from trt_spec.runtime import tensors as T
+from trt_spec.serving.options import ServeOptions  # its own module, for the routes serve hands a repository to
 from trt_spec.serving.server import Supervisor, TritonServer, require_engine_server
 from trt_spec.serving.trtllm import check_engines, engine_models
 from trt_spec.spec import load_spec
@@ -29,28 +29,6 @@ OPENAI_EXTRA_HINT = "pip install 'trt-spec[openai]'"
 ENTRY_MODELS = (T.ENSEMBLE, T.BLS, T.TRTLLM_PREPROCESSING, T.TRTLLM_POSTPROCESSING)
 
 Say = Callable[[str], None]  # takes one line of output
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """What `trt-spec serve` runs, its options already checked against each other (the command's
-    help says what each one does)."""
-
-    repo: Path
-    host: str
-    grpc_port: int
-    http_port: int
-    metrics_port: int
-    ready_timeout_s: float
-    skip_version_check: bool
-    # --emulate-tensorrtllm: the spec (--spec) the repository was written from; None: not emulated.
-    emulate_spec: str | None
-    openai_port: int | None  # None: no OpenAI endpoint
-    openai_host: str
-    openai_model_name: str | None
-    log_file: Path | None  # None: default_log_file(repo)
-    drain_timeout_s: float
-    client_apis: tuple[str, ...]
 
 
 def serve_repository(options: ServeOptions, *, say: Say, ready: Say) -> None:

@@ -20,7 +20,6 @@ import dataclasses
 import importlib
 import pkgutil
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -30,28 +29,11 @@ from trt_spec.plan import Plan, Route, engine_route
 from trt_spec.plan.projection import DEFAULT_ALPHA
 from trt_spec.repository import configs
 from trt_spec.repository.configs import EngineSettings, ModelConfig, RepositorySettings
+from trt_spec.repository.twin_routes import SAMPLED_VERIFICATIONS as SAMPLED_VERIFICATIONS
+from trt_spec.repository.twin_routes import TwinRoute  # own module: readers (llmapi_twin) skip this registry
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import Acceptance, AcceptanceProfile, StepCosts, alpha_of
 from trt_spec.spec import Spec
-
-
-@dataclass(frozen=True)
-class TwinRoute:
-    """A repository whose own server is not Triton (the llmapi flavor's ``trtllm-serve``), read back as
-    that server would read it, for ``serve`` to run on the PyTorch twin: a torch-flavor repository
-    written from ``spec``, behind the OpenAI endpoint that server would open."""
-
-    flavor: str  # the flavor that read it
-    spec: Spec  # the pair, K and the limits, for the torch flavor
-    sampled_verification: str  # how sampled drafts are verified: "rejection_sampling" | "token_match"
-    server: str  # the route's own server, as it would run (e.g. "trtllm-serve, TensorRT-LLM 1.3+")
-    model_name: str  # the name that server serves the model as (/v1/models)
-    port: int  # that server's port
-    iteration_stats: bool  # its /metrics reports iteration statistics
-    notes: tuple[str, ...] = ()  # what the twin does differently, for `serve` to say
-
-
-SAMPLED_VERIFICATIONS = ("rejection_sampling", "token_match")
 
 
 class Flavor:

@@ -34,25 +34,24 @@ from trt_spec.plan import Plan, Route
 from trt_spec.repository import configs, llm_args
 from trt_spec.repository.configs import ModelConfig, RepositorySettings
 from trt_spec.repository.flavors import Flavor, TwinRoute
-from trt_spec.runtime import tensors as T
+from trt_spec.repository.llmapi_layout import (
+    COMMAND_FILE,
+    HOST,
+    LLMAPI_FLAVOR,
+    MODEL,
+    MODEL_YAML,
+    OPTIONS_FILE,
+    OPTIONS_FLAG,
+    PORT,
+)
+from trt_spec.repository.llmapi_twin import read_route
 from trt_spec.runtime.costs import DEFAULT_STEP_COSTS, StepCosts
 from trt_spec.spec import Spec
 
-LLMAPI_FLAVOR = "llmapi"
+# The repository's file names, trtllm-serve's flags, host and port (LLMAPI_FLAVOR ... PORT) are in
+# llmapi_layout.py, shared with the reader of what is written here (llmapi_twin.py); imported from
+# here as before.
 
-OPTIONS_FILE = "trtllm-serve.yaml"
-COMMAND_FILE = "trtllm-serve.sh"
-MODEL = T.TARGET  # "tensorrt_llm": upstream's llmapi model folder and config name
-MODEL_YAML = f"{MODEL}/1/model.yaml"
-# trtllm-serve's own defaults (tensorrt_llm/commands/serve.py @4c05a74891e4df8066f08ed4ce14b0972abe4e25:
-# --host localhost, --port 8000); the script passes its arguments through after ours, and Click keeps
-# the last value of an option given twice, so `trtllm-serve.sh --host 0.0.0.0` overrides.
-HOST, PORT = "127.0.0.1", 8000
-# The flag that names the options file, per line: --extra_llm_api_options in serve.py @4c05a748 and
-# the 1.1 docs (nvidia.github.io/TensorRT-LLM/1.1.0rc2.post1/torch/auto_deploy/advanced/serving_with_trtllm_serve.html);
-# --config in the current docs (nvidia.github.io/TensorRT-LLM/torch/auto_deploy/advanced/serving_with_trtllm_serve.html).
-# Not verified: the first release that takes --config, and whether 1.3+ still takes the old name.
-OPTIONS_FLAG = {"1.2": "--extra_llm_api_options", "1.3": "--config"}
 # Triton's llmapi model: one instance (it drives the GPUs itself, via MPI for tp > 1), no batching of
 # requests by Triton (upstream: "The current implementation does not support batching"), decoupled so
 # a request may stream. Source: triton_backend/all_models/llmapi/tensorrt_llm/1/model.yaml and
@@ -200,8 +199,6 @@ class LlmApiFlavor(Flavor):
         to run on the PyTorch twin (:mod:`trt_spec.repository.llmapi_twin`)."""
         if not (repo / OPTIONS_FILE).is_file():
             return None
-        from trt_spec.repository.llmapi_twin import read_route
-
         return read_route(repo)
 
     def notes(self, settings: RepositorySettings, repo: Path) -> list[str]:
