@@ -50,6 +50,28 @@ def test_ngram_proposal(sequence, k, min_ngram, max_ngram, expected):
     assert ngram_proposal(sequence, k, min_ngram, max_ngram) == expected
 
 
+def test_ngram_proposal_is_its_definition_on_random_sequences():
+    # The plain definition, token by token: the longest suffix first, its latest earlier start.
+    def definition(sequence, k, min_ngram, max_ngram):
+        length = len(sequence)
+        if k < 1 or length < 2:
+            return []
+        for size in range(min(max_ngram, length - 1), min_ngram - 1, -1):
+            for start in range(length - size - 1, -1, -1):
+                if sequence[start : start + size] == sequence[length - size :]:
+                    return sequence[start + size : start + size + k]
+        return []
+
+    import random
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        sequence = [rng.randrange(4) for _ in range(rng.randrange(40))]
+        k, min_ngram = rng.randrange(5), rng.randrange(1, 4)
+        max_ngram = rng.randrange(min_ngram, 6)
+        assert ngram_proposal(sequence, k, min_ngram, max_ngram) == definition(sequence, k, min_ngram, max_ngram)
+
+
 def test_methods_are_a_registry():
     assert methods.names() == ("draft_target", "hybrid", "prompt_lookup")
     assert methods.get("prompt_lookup").roles == ("target",)
