@@ -177,6 +177,16 @@ def test_repository_has_no_draft_engine_model(tmp_path, flavor, monkeypatch):
     assert 'string_value: "prompt_lookup"' in loop
 
 
+def test_llmapi_flavor_refuses_a_method_it_does_not_write(tmp_path):
+    from trt_spec.errors import RepositoryError
+
+    with pytest.raises(
+        RepositoryError, match=r"speculative.method prompt_lookup: the llmapi flavor writes Draft_Target"
+    ):
+        write_repository(load_spec(LOOKUP_SPEC), tmp_path / "repo", "llmapi")
+    assert not (tmp_path / "repo").exists()  # nothing half-written
+
+
 # --- exact in-process -----------------------------------------------------------------------------
 
 

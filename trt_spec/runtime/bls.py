@@ -485,8 +485,9 @@ class StepProposer:
             return StepDraft([])
         proposal = self.method.propose(sequence, num_draft_tokens, self.lookup)
         if proposal is not None:
-            logits = point_mass_logits(proposal.tokens, self.settings.vocab_size) if self.want_logits else None
-            return StepDraft(proposal.tokens, logits if proposal.tokens else None, proposal.source)
+            with_logits = self.want_logits and bool(proposal.tokens)
+            logits = point_mass_logits(proposal.tokens, self.settings.vocab_size) if with_logits else None
+            return StepDraft(proposal.tokens, logits, proposal.source)
         model = self.settings.draft_model
         outputs = await self.engines.infer(
             model,

@@ -196,7 +196,7 @@ class LoopParameters(ModelParameters):
         model = " / ".join(self.MODELS)
         try:
             speculation = methods.get(self.method)
-            self.lookup  # noqa: B018 - raises on sizes out of range
+            methods.LookupParams(self.lookup_min_ngram, self.lookup_max_ngram)  # raises on sizes out of range
         except ValueError as exc:
             raise ModelParametersError(f"{model}: {exc}; {_FIX}") from None
         if speculation.uses_draft_model != bool(self.draft_model):

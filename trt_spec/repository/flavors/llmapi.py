@@ -99,6 +99,9 @@ output { name: "total_accepted_draft_tokens" data_type: TYPE_INT32 dims: 1 }
 output { name: "total_draft_tokens" data_type: TYPE_INT32 dims: 1 }
 """
 
+# The speculative_config decoding types this flavor writes (llm_args.py models their keys).
+WRITTEN_DECODING_TYPES = ("Draft_Target",)
+
 
 class LlmApiFlavor(Flavor):
     name = LLMAPI_FLAVOR
@@ -157,13 +160,7 @@ class LlmApiFlavor(Flavor):
         return None  # upstream's model.py (notes() says where it comes from)
 
     def files(self, plan: Plan, settings: RepositorySettings, *, trtllm_version: str | None = None) -> dict[str, str]:
-        if plan.spec.speculative.method != "draft_target":
-            # NGram (prompt_lookup) on this route is not written yet; the engine route serves it.
-            raise RepositoryError(
-                f"speculative.method {plan.spec.speculative.method}: the llmapi flavor writes DraftTarget options "
-                "only so far; serve this spec with triton.flavor tensorrtllm (GPU engines) or torch "
-                "(`trt-spec repo --flavor torch`)"
-            )
+        _require_written_method(plan.spec)
         version = llm_args.version_line(trtllm_version or llm_args.DEFAULT_TRTLLM_VERSION)
         label = llm_args.VERSION_LABELS[version]
         options = llm_options(plan, version)
@@ -182,9 +179,10 @@ class LlmApiFlavor(Flavor):
         }
 
     def check(self, plan: Plan, settings: RepositorySettings) -> list[str]:
+        _require_written_method(plan.spec)
         route = self.route(plan.spec)
         warnings, notes = route.warnings, route.notes
-        hub = [f"{role} {plan.spec.role(role).model}" for role in ("target", "draft") if _hub_only(plan, role)]
+        hub = [f"{role} {plan.spec.role(role).model}" for role in plan.roles if _hub_only(plan, role)]
         if hub:
             notes = (
                 *notes,
@@ -242,7 +240,7 @@ def llm_options(plan: Plan, version: str) -> dict:
     engine = spec.engine
     k = spec.num_draft_tokens
     speculative: dict = {
-        "decoding_type": "Draft_Target",
+        "decoding_type": spec.method.llmapi_decoding_type,
         "max_draft_len": k,
         llm_args.DRAFT_MODEL_KEY[version]: checkpoint(plan, "draft"),
     }
@@ -338,3 +336,19 @@ def _dump(data: dict) -> str:
 
 def _trusts_remote_code(spec: Spec) -> bool:
     return spec.target.trust_remote_code or (spec.draft is not None and spec.draft.trust_remote_code)
+
+
+def _require_written_method(spec: Spec) -> None:
+    """Refuse a method whose ``speculative_config`` this flavor does not write.
+
+    Raises:
+        RepositoryError: names the method and the flavors that serve it.
+    """
+    method = spec.method
+    if method.llmapi_decoding_type not in WRITTEN_DECODING_TYPES:
+        # NGram (prompt_lookup) is not written yet; hybrid has no counterpart upstream.
+        raise RepositoryError(
+            f"speculative.method {method.name}: the llmapi flavor writes {' and '.join(WRITTEN_DECODING_TYPES)} "
+            "options only; serve this spec with triton.flavor tensorrtllm (GPU engines) or torch "
+            "(`trt-spec repo --flavor torch`)"
+        )

@@ -78,14 +78,14 @@ class Method:
     ``uses_draft_model``: a draft checkpoint, a draft engine and the ``tensorrt_llm_draft`` model;
     ``uses_lookup``: drafts from the request's own tokens (``speculative.prompt_lookup`` applies).
     ``llmapi_decoding_type``: its ``speculative_config.decoding_type`` on TensorRT-LLM's PyTorch
-    backend (the llmapi flavor).
+    backend (the llmapi flavor); ``None`` where that backend has no counterpart.
     """
 
     name: str
     summary: str
     uses_draft_model: bool
     uses_lookup: bool
-    llmapi_decoding_type: str
+    llmapi_decoding_type: str | None
     # The module's rule behind propose(): (sequence, K, lookup parameters) -> Proposal | None.
     context_drafts: Callable[[Sequence[int], int, LookupParams], Proposal | None]
     # The target engine's trtllm-build --speculative_decoding_mode: every method here hands the

@@ -25,7 +25,6 @@ METHOD = Method(
     summary="prompt lookup where the request's tokens match, else the draft model",
     uses_draft_model=True,
     uses_lookup=True,
-    # TensorRT-LLM's PyTorch backend has no combined drafter: the llmapi flavor serves the draft model.
-    llmapi_decoding_type="Draft_Target",
+    llmapi_decoding_type=None,  # TensorRT-LLM's PyTorch backend has no drafter that combines the two
     context_drafts=_lookup_else_draft_model,
 )
