@@ -1,7 +1,9 @@
 """Long sequences and concurrent load on the tensorrtllm flavor, through the real (CPU) Triton
 server with its engine models in the TensorRT-LLM backend emulator: prompts near the spec's
 ``max_input_len`` generating until ``max_seq_len``, alone and eight at once, on a greedy spec and
-a probabilistic one (the spec keeps the suite fast: max_seq_len 640, the demo pair).
+a probabilistic one, and a prompt-lookup spec without a draft model (probabilistic: sampled lookup
+drafts reach the target as one-hot draft_logits; the spec keeps the suite fast: max_seq_len 640,
+the demo pair).
 
 Each loop iteration resends the whole sequence, so the engines are built with an input limit of
 ``max_seq_len - 1`` (``plan.engine_max_input_len``); concurrent calls reach the emulated executor
@@ -25,11 +27,21 @@ pytest.importorskip("pytriton", reason="the CPU Triton server comes with nvidia-
 CONCURRENT = 8
 
 
-@pytest.fixture(scope="module", params=["greedy", "probabilistic"])
+# (acceptance, speculative.method) of each served spec
+SPECS = {
+    "greedy": ("greedy", "draft_target"),
+    "probabilistic": ("probabilistic", "draft_target"),
+    "lookup": ("probabilistic", "prompt_lookup"),
+}
+
+
+@pytest.fixture(scope="module", params=list(SPECS))
 def server(request, tmp_path_factory):
-    running = serve_emulated(long_sequence_spec(DEMO_PAIR, request.param), tmp_path_factory.mktemp(request.param))
+    acceptance, method = SPECS[request.param]
+    spec = long_sequence_spec(DEMO_PAIR, acceptance, method)
+    running = serve_emulated(spec, tmp_path_factory.mktemp(request.param))
     try:
-        yield request.param, running
+        yield acceptance, running
     finally:
         running.stop()
 
@@ -83,7 +95,7 @@ def test_sampled_long_requests_at_once_all_finish(server, target, long_prompts):
     for (_, max_tokens), (text, last) in zip(cases, answers):
         assert 0 < last.num_output_tokens <= max_tokens and text
         if acceptance == "probabilistic":
-            assert last.total_draft_tokens > 0  # sampled requests speculate with the draft's logits
+            assert last.total_draft_tokens > 0  # sampled requests speculate with the drafts' distributions
 
 
 def test_log_probs_are_refused_clearly_when_the_engines_have_no_generation_logits(server, target, long_prompts):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from trt_spec.bench.prompts import load_prompt_texts
+from trt_spec.runtime import methods
 from trt_spec.spec import Spec, parse_spec
 
 MAX_INPUT_LEN = 480
@@ -15,15 +16,17 @@ MAX_SEQ_LEN = 640
 PROMPT_TOKENS = 450
 
 
-def long_sequence_spec(pair_dir: str | Path, acceptance: str) -> Spec:
-    """The tensorrtllm-flavor spec of the pair in ``pair_dir`` (``target/``, ``draft/``), K = 4."""
+def long_sequence_spec(pair_dir: str | Path, acceptance: str, method: str = "draft_target") -> Spec:
+    """The tensorrtllm-flavor spec of the pair in ``pair_dir`` (``target/``, ``draft/``), K = 4,
+    speculating by ``method`` (without a draft model for prompt lookup)."""
     pair = Path(pair_dir)
+    draft = {"draft": {"model": str(pair / "draft")}} if methods.get(method).uses_draft_model else {}
     return parse_spec(
         {
-            "name": f"long-{acceptance}",
+            "name": f"long-{acceptance}-{method}".replace("_", "-"),
             "target": {"model": str(pair / "target")},
-            "draft": {"model": str(pair / "draft")},
-            "speculative": {"num_draft_tokens": 4, "acceptance": acceptance},
+            **draft,
+            "speculative": {"method": method, "num_draft_tokens": 4, "acceptance": acceptance},
             "engine": {"max_batch_size": 8, "max_input_len": MAX_INPUT_LEN, "max_seq_len": MAX_SEQ_LEN},
             "triton": {"flavor": "tensorrtllm"},
         }

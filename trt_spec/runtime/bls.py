@@ -507,7 +507,11 @@ class StepProposer:
 def point_mass_logits(tokens: Sequence[int], vocab_size: int) -> np.ndarray:
     """``[k, V]`` float32 ``draft_logits`` whose softmax is one-hot at each token: a lookup draft's
     distribution, a point mass, against which the target's rejection sampling is exact
-    (``methods/prompt_lookup.py`` derives it). Off-token logits are :data:`MASKED_LOGIT`."""
+    (``methods/prompt_lookup.py`` derives it). Off-token logits are :data:`MASKED_LOGIT`, finite (no
+    inf - inf in the softmax kernel); float32, the logits dtype the engines of probabilistic acceptance
+    are checked to have (``flavors/tensorrtllm.check_built_engines``)."""
+    # Source: NVIDIA/TensorRT-LLM@1d263f15a979ef2902c60de3f6238bcc0952bb29:cpp/tensorrt_llm/layers/externalDraftTokensLayer.cpp ExternalDraftTokensLayer::acceptDraftTokens (q = softmax of the draft_logits as given)
+    # Source: NVIDIA/TensorRT-LLM@2931b93fa41bf8b6d23a6e266ffc17810a5966ef:cpp/tensorrt_llm/kernels/speculativeDecoding/externalDraftTokensKernels.cu acceptDraftTokensKernel (accept when p > u q; else resample from the normalised max(p - q, 0))
     logits = np.full((len(tokens), vocab_size), MASKED_LOGIT, dtype=np.float32)  # [k, V]
     logits[np.arange(len(tokens)), list(tokens)] = 0.0
     return logits
