@@ -168,6 +168,25 @@ def test_cli_plan_prints_one_build_and_no_draft_engine():
     assert "no draft model" in result.output and "\ndraft " not in result.output
 
 
+def test_cli_check_passes_the_target_alone():
+    from click.testing import CliRunner
+
+    from trt_spec.cli import main
+
+    result = CliRunner().invoke(main, ["check", "--spec", str(LOOKUP_SPEC)])
+    assert result.exit_code == 0, result.output
+    assert "no draft model to compare it with" in result.output and "(no draft engine)" in result.output
+    assert "\ndraft " not in result.output
+
+
+def test_kubernetes_engine_models_have_no_draft():
+    from trt_spec.deploy.manifests import engine_bytes, engine_models
+
+    plan = make_plan(load_spec(LOOKUP_SPEC))
+    assert [model.name for model in engine_models(plan, "/models/engines")] == [T.TARGET]
+    assert engine_bytes(plan) == plan.memory.target.weights_bytes * plan.memory.target.tp_size
+
+
 @pytest.mark.parametrize("flavor", ["torch", "tensorrtllm"])
 def test_repository_has_no_draft_engine_model(tmp_path, flavor, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the tensorrtllm flavor looks for engines under paths.engines

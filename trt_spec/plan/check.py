@@ -23,7 +23,6 @@ from trt_spec.errors import ModelConfigError, PlanError, TrtSpecError
 from trt_spec.plan import Route, engine_route, make_plan
 from trt_spec.plan.memory import format_bytes
 from trt_spec.plan.tuning import TuningReport
-from trt_spec.runtime.tensors import ROLES
 from trt_spec.spec import Spec
 
 OK, WARN, FATAL = "ok", "warn", "fatal"
@@ -64,7 +63,8 @@ class CheckReport:
 
 
 def check_pair(spec: Spec, tuning: TuningReport | None = None, route: Route | None = None) -> CheckReport:
-    """Check ``spec``'s target and draft against each other and against the spec, and the spec's K
+    """Check ``spec``'s target and draft (where its method has one) against each other and against
+    the spec, and the spec's K
     against a tuning report's recommendation when given (``trt-spec tune``). ``route``: what the
     spec's flavor says about its route (``Flavor.route``; default the engine route's).
 
@@ -73,19 +73,19 @@ def check_pair(spec: Spec, tuning: TuningReport | None = None, route: Route | No
     """
     rows: list[CheckRow] = []
     configs = {}
-    for role in ROLES:
+    for role in spec.roles:
         row, config = _read_config(spec, role)
         rows.append(row)
         if config is not None:
             configs[role] = config
     tokenizers = _read_tokenizers(spec)
-    rows.append(_check_tokenizers(tokenizers))
-    if len(configs) == len(ROLES):
+    pair = spec.draft is not None  # prompt lookup: the target alone, nothing to compare it with
+    rows.append(_check_tokenizers(tokenizers) if pair else _check_own_tokenizer(tokenizers))
+    if len(configs) == len(spec.roles):
         rows += [
             _check_architectures(spec, configs),
             _check_remote_code(spec, configs),
-            _check_vocab(spec, configs, tokenizers),
-            _check_sizes(configs),
+            *((_check_vocab(spec, configs, tokenizers), _check_sizes(configs)) if pair else ()),
             _check_positions(spec, configs),
             _check_tensor_parallel(spec, configs),
             _check_dtype(spec, configs),
@@ -116,6 +116,9 @@ def _check_tuning(spec: Spec, tuning: TuningReport) -> CheckRow:
 def _read_config(spec: Spec, role: str) -> tuple[CheckRow, dict | None]:
     try:
         path, source = find_config_json(spec, role)
+    except ModelConfigError as exc:
+        return CheckRow(role, FATAL, str(exc)), None
+    try:
         config = json.loads(path.read_text())
         info = model_info_from_config(config, source)
     except ModelConfigError as exc:
@@ -180,13 +183,15 @@ def _check_remote_code(spec: Spec, configs: dict[str, dict]) -> CheckRow:
         )
     if allowed:
         return CheckRow("remote code", WARN, " and ".join(allowed) + " will run code from its repo (trust_remote_code)")
-    return CheckRow("remote code", OK, "neither model ships its own code")
+    return CheckRow(
+        "remote code", OK, "neither model ships its own code" if len(configs) > 1 else "the target ships no code"
+    )
 
 
 def _check_vocab(spec: Spec, configs: dict[str, dict], tokenizers: dict[str, dict]) -> CheckRow:
     rows = {role: config["vocab_size"] for role, config in configs.items()}
     ids = {role: _tokenizer_size(t) for role, t in tokenizers.items() if t and t.get("tokenizer_json")}
-    for role in ROLES:
+    for role in configs:
         if role in ids and rows[role] < ids[role]:
             return CheckRow(
                 "vocabulary",
@@ -274,7 +279,7 @@ def _check_dtype(spec: Spec, configs: dict[str, dict]) -> CheckRow:
             cast.append(f"{role} {source}")
     if cast:
         return CheckRow("dtype", OK, f"{', '.join(cast)} weights are converted to {engine_dtype}")
-    return CheckRow("dtype", OK, f"both stored as {engine_dtype}, as the engines run")
+    return CheckRow("dtype", OK, f"{'both ' if len(configs) > 1 else ''}stored as {engine_dtype}, as the engines run")
 
 
 def _check_memory(spec: Spec, route: Route) -> list[CheckRow]:
@@ -285,8 +290,9 @@ def _check_memory(spec: Spec, route: Route) -> list[CheckRow]:
     memory = plan.memory
     gpu0 = memory.gpus[0]
     detail = (
-        f"{spec.target.tp_size} x {memory.gpu.upper()}: GPU 0 holds target {format_bytes(gpu0.target_fixed)} + "
-        f"draft {format_bytes(gpu0.draft_fixed)} (weights, activations, runtime) and KV cache for "
+        f"{spec.target.tp_size} x {memory.gpu.upper()}: GPU 0 holds target {format_bytes(gpu0.target_fixed)}"
+        + (f" + draft {format_bytes(gpu0.draft_fixed)}" if memory.draft else " (no draft engine)")
+        + " (weights, activations, runtime) and KV cache for "
         f"{memory.kv_tokens} tokens ({memory.full_sequences} sequences of max_seq_len + K)"
     )
     rows = [CheckRow("memory", OK, detail)]
@@ -324,7 +330,7 @@ def _count(params: int) -> str:
 def _read_tokenizers(spec: Spec) -> dict[str, dict]:
     """Per role: the parsed tokenizer files, or an ``error`` entry saying why they are unavailable."""
     tokenizers: dict[str, dict] = {}
-    for role in ROLES:
+    for role in spec.roles:
         try:
             path = local_snapshot(spec, role).path
         except TrtSpecError as exc:
@@ -338,6 +344,15 @@ def _read_tokenizers(spec: Spec) -> dict[str, dict]:
             "sentencepiece_sha256": _sha256(path / "tokenizer.model"),
         }
     return tokenizers
+
+
+def _check_own_tokenizer(tokenizers: dict[str, dict]) -> CheckRow:
+    """A spec without a draft model (prompt lookup): the target's tokenizer is there; nothing to compare."""
+    target = tokenizers["target"]
+    if "error" in target:
+        return CheckRow("tokenizer", FATAL, target["error"])
+    found = "tokenizer.json" if target["tokenizer_json"] is not None else "sentencepiece tokenizer.model"
+    return CheckRow("tokenizer", OK, f"the target's {found}; no draft model to compare it with (prompt lookup)")
 
 
 def _check_tokenizers(tokenizers: dict[str, dict]) -> CheckRow:
