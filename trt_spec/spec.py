@@ -201,10 +201,6 @@ class Spec(_Section):
             raise KeyError(f"speculative.method {self.speculative.method} has no {role} model")
         return model
 
-    def draft_spec(self) -> ModelSpec:
-        """The draft section, for code that runs only for methods with a draft model."""
-        return self.role("draft")
-
     def content_hash(self) -> str:
         """sha256 of the spec's values (not its formatting or comments)."""
         canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))

@@ -17,8 +17,6 @@ one new module here (docs/contributing.md, "Adding a flavor"). The spec names th
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -33,6 +31,7 @@ from trt_spec.repository.twin_routes import SAMPLED_VERIFICATIONS as SAMPLED_VER
 from trt_spec.repository.twin_routes import TwinRoute  # own module: readers (llmapi_twin) skip this registry
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.costs import Acceptance, AcceptanceProfile, StepCosts, alpha_of
+from trt_spec.runtime.registry import discover
 from trt_spec.spec import Spec
 
 
@@ -127,12 +126,7 @@ class Flavor:
 
 
 def _discover() -> dict[str, Flavor]:
-    found: dict[str, Flavor] = {}
-    for module in pkgutil.iter_modules(__path__):
-        flavor = getattr(importlib.import_module(f"{__name__}.{module.name}"), "FLAVOR", None)
-        if isinstance(flavor, Flavor):
-            found[flavor.name] = flavor
-    return dict(sorted(found.items()))
+    return discover(__name__, __path__, "FLAVOR", Flavor)
 
 
 FLAVORS: dict[str, Flavor] = _discover()

@@ -21,10 +21,10 @@ Standard library only (numpy and torch are not needed to choose drafts): loaded 
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from trt_spec.runtime.registry import discover
 
 DRAFT_MODEL = "draft_model"  # a proposal's source: the draft engine
 PROMPT_LOOKUP = "prompt_lookup"  # a proposal's source: n-grams of the request's own tokens
@@ -104,12 +104,7 @@ class Method:
 
 
 def _discover() -> dict[str, Method]:
-    found: dict[str, Method] = {}
-    for module in pkgutil.iter_modules(__path__):
-        method = getattr(importlib.import_module(f"{__name__}.{module.name}"), "METHOD", None)
-        if isinstance(method, Method):
-            found[method.name] = method
-    return dict(sorted(found.items()))
+    return discover(__name__, __path__, "METHOD", Method)
 
 
 METHODS: dict[str, Method] = _discover()
