@@ -160,8 +160,11 @@ def test_in_process_rows_to_json_have_exactly_todays_keys():
         "hf_plain_tokens_per_s",
         "acceptance_by_position",
         "target_calls",
+        "drafted_by_source",
+        "accepted_by_source",
         "tokens",
     ]
+    assert fixed["drafted_by_source"] == {"draft_model": 7} and fixed["accepted_by_source"] == {"draft_model": 4}
     assert fixed["adaptive"] is False and fixed["speedup"] == pytest.approx(2.0)
     assert fixed["alpha"] == pytest.approx(4 / 6) and fixed["acceptance_rate"] == pytest.approx(4 / 7)
     assert fixed["hf_assisted_tokens_per_s"] == pytest.approx(4.0)

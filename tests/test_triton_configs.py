@@ -132,7 +132,11 @@ TRTLLM_ENSEMBLE_OUTPUTS = [
     ("num_input_tokens", "TYPE_INT32", [1]),
     ("num_output_tokens", "TYPE_INT32", [1]),
 ]
-OUR_ENSEMBLE_OUTPUTS = [("num_target_calls", "TYPE_INT32", [1])]
+OUR_ENSEMBLE_OUTPUTS = [
+    ("num_target_calls", "TYPE_INT32", [1]),
+    ("total_lookup_draft_tokens", "TYPE_INT32", [1]),
+    ("total_accepted_lookup_draft_tokens", "TYPE_INT32", [1]),
+]
 
 
 def test_ensemble_matches_the_design_contract(demo_spec):

@@ -9,9 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 from conftest import CHAT, CODE, EXAMPLES, parsed_parameters
 
+from trt_spec.bench.tuning import render_report
 from trt_spec.cli import main
 from trt_spec.errors import SpecError
 from trt_spec.plan import make_plan
@@ -108,10 +110,11 @@ def test_a_measured_profile_gives_adaptive_k_its_shape():
 # --- the command and its report ----------------------------------------------------------------
 
 
-def _tune(spec: Path, dataset: Path, output: Path) -> TuningReport:
+def _tune(spec: Path, dataset: Path, output: Path, *methods: str) -> TuningReport:
     plot = output.with_suffix(".png")
     args = ["tune", "--spec", str(spec), "--dataset", str(dataset), "--prompts", "4", "-k", "1", "-k", "2", "-k", "4"]
     args += ["--max-tokens", "24", "--threads", "1", "-o", str(output), "--plot", str(plot)]
+    args += [arg for method in methods for arg in ("--method", method)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert f"wrote {output}" in result.stdout
@@ -124,8 +127,8 @@ def reports(chat_spec, tmp_path_factory) -> dict[str, Path]:
     """Tuning reports of the small pair on Python code (its training domain) and English chat."""
     root = tmp_path_factory.mktemp("tuning")
     paths = {"code": root / "code.json", "chat": root / "chat.json"}
-    _tune(chat_spec, CODE, paths["code"])
-    _tune(chat_spec, CHAT, paths["chat"])
+    _tune(chat_spec, CODE, paths["code"], "draft_target")
+    _tune(chat_spec, CHAT, paths["chat"], "draft_target")
     return paths
 
 
@@ -142,14 +145,18 @@ def test_two_workloads_measure_their_own_acceptance_and_recommended_k(reports, c
         assert at_4.profile_tokens_per_target_call == pytest.approx(at_4.tokens_per_target_call, abs=0.25)
     print(
         f"\ncode: alpha {code.primary.alpha:.3f}, accepted through {code.primary.accepted_through}, "
-        f"K {code.recommended_k}; chat: alpha {chat.primary.alpha:.3f}, {chat.primary.accepted_through}, "
-        f"K {chat.recommended_k}"
+        f"K {code.best_k}; chat: alpha {chat.primary.alpha:.3f}, {chat.primary.accepted_through}, "
+        f"K {chat.best_k}"
     )
     # Measured (4 prompts x 24 tokens, greedy): code ~0.44 of drafts accepted, chat all of them (the
     # pair falls into repeating "#\n" on English): different profiles, and the projection on the
     # spec's H100 picks a different K for each.
     assert chat.primary.alpha - code.primary.alpha > 0.2
-    assert chat.recommended_k > code.recommended_k
+    assert chat.best_k > code.best_k
+    assert [(r.recommended_method, r.recommended_k) for r in (code, chat)] == [
+        ("draft_target", code.best_k),
+        ("draft_target", chat.best_k),
+    ]  # the one method measured
 
 
 def test_plan_projects_from_the_report(reports, chat_spec):
@@ -158,7 +165,7 @@ def test_plan_projects_from_the_report(reports, chat_spec):
     projection = json.loads(result.stdout)["projection"]
     report = load_tuning(reports["code"])
     assert projection["acceptance_profile"] == report.primary.accepted_through
-    assert projection["recommended_k"] == report.recommended_k
+    assert projection["recommended_k"] == report.best_k
     text = CliRunner().invoke(main, ["plan", "--spec", str(chat_spec), "--tuning", str(reports["code"])]).stdout
     assert "acceptance measured by trt-spec tune" in text
     both = CliRunner().invoke(
@@ -170,16 +177,16 @@ def test_plan_projects_from_the_report(reports, chat_spec):
 def test_check_warns_when_the_specs_k_is_off_the_recommendation(reports, chat_spec, tmp_path):
     report = load_tuning(reports["code"])
     spec = load_spec(chat_spec)
-    assert spec.num_draft_tokens != report.recommended_k  # the demo spec's K 4 against the code workload's
+    assert spec.num_draft_tokens != report.best_k  # the demo spec's K 4 against the code workload's
     result = CliRunner().invoke(main, ["check", "--spec", str(chat_spec), "--tuning", str(reports["code"])])
     assert result.exit_code == 0, result.output  # a warning, not fatal
     line = next(line for line in result.stdout.splitlines() if line.startswith("tuning"))
-    assert "warn" in line and f"recommends K = {report.recommended_k}" in line and "fixed at build" in line
+    assert "warn" in line and f"recommends K = {report.best_k} for draft_target" in line and "fixed at build" in line
     # The same spec with the recommended K: no warning.
     matching = tmp_path / "spec.yaml"
     matching.write_text(
         chat_spec.read_text().replace(
-            f"num_draft_tokens: {spec.num_draft_tokens}", f"num_draft_tokens: {report.recommended_k}"
+            f"num_draft_tokens: {spec.num_draft_tokens}", f"num_draft_tokens: {report.best_k}"
         )
     )
     result = CliRunner().invoke(main, ["check", "--spec", str(matching), "--tuning", str(reports["code"])])
@@ -193,7 +200,7 @@ def test_a_bad_report_is_one_clear_error(reports, tmp_path):
         load_tuning(tmp_path / "missing.json", spec)
     broken = tmp_path / "broken.json"
     data = json.loads(reports["code"].read_text())
-    data["temperatures"][0]["recommended_k"] = 9
+    data["methods"][0]["temperatures"][0]["recommended_k"] = 9
     broken.write_text(json.dumps(data))
     with pytest.raises(SpecError, match="recommended_k 9 is outside 1..4"):
         load_tuning(broken)
@@ -236,6 +243,75 @@ def test_repo_starts_adaptive_k_from_the_report(reports, chat_spec, tmp_path):
     assert trtllm_loop.schedule == loop_schedule(k_schedule(plan, report.acceptance), plan.spec.num_draft_tokens)
 
 
+# --- every method measured, one recommended ------------------------------------------------------
+
+COPY_HEAVY = EXAMPLES / "copy-heavy.jsonl"
+
+
+@pytest.fixture(scope="module")
+def copy_heavy_report(chat_spec, tmp_path_factory) -> Path:
+    """The small pair on the copy-heavy example with every method (its spec has a draft section)."""
+    path = tmp_path_factory.mktemp("tuning-methods") / "copy-heavy.json"
+    _tune(chat_spec, COPY_HEAVY, path)
+    return path
+
+
+def test_tune_measures_every_method_and_recommends_one(copy_heavy_report, chat_spec):
+    report = load_tuning(copy_heavy_report)
+    assert [result.name for result in report.methods] == ["draft_target", "hybrid", "prompt_lookup"]
+    lookup, hybrid = report.result_of("prompt_lookup").primary, report.result_of("hybrid").primary
+    assert lookup.draft_share == 0 and report.result_of("draft_target").primary.draft_share == 1
+    assert 0 < hybrid.draft_share < 1  # the draft model ran where lookup found no match
+    for result in report.methods:
+        row = result.primary.rows[-1]  # K 4: E from the per-step profile is the tokens per call measured
+        assert row.profile_tokens_per_target_call == pytest.approx(row.tokens_per_target_call, abs=0.25)
+    # Copied text: the lookup's acceptance beats the draft model's, and a method that drafts from the
+    # context is recommended, at its own best K.
+    best = max(report.methods, key=lambda result: result.primary.best_speedup)
+    print("\n" + "\n".join(line for line in render_report(report) if line.startswith("  ") and " K " in line))
+    assert report.recommended_method in ("prompt_lookup", "hybrid")
+    assert report.result_of(report.recommended_method).primary.best_speedup >= best.primary.best_speedup * 0.99
+    assert report.recommended_k == report.result_of(report.recommended_method).primary.recommended_k
+    data = json.loads(copy_heavy_report.read_text())
+    assert data["recommended_method"] == report.recommended_method and data["recommended_k"] == report.recommended_k
+
+
+def test_a_report_is_read_for_the_specs_method(copy_heavy_report, chat_spec, tmp_path):
+    """check and plan --tuning say when the spec's method is off the recommendation; a report tuned
+    on a spec with a draft serves a prompt-lookup spec of the same target."""
+    report = load_tuning(copy_heavy_report)
+    result = CliRunner().invoke(main, ["check", "--spec", str(chat_spec), "--tuning", str(copy_heavy_report)])
+    line = next(line for line in result.stdout.splitlines() if line.startswith("tuning"))
+    assert f"recommends {report.recommended_method}" in line and "set speculative.method" in line
+    lookup_spec = tmp_path / "lookup.yaml"
+    data = yaml.safe_load(chat_spec.read_text())
+    del data["draft"]
+    data["speculative"]["method"] = "prompt_lookup"
+    lookup_spec.write_text(yaml.safe_dump(data))
+    assert load_spec(lookup_spec).draft is None
+    read = load_tuning(copy_heavy_report, load_spec(lookup_spec))
+    assert read.method == "prompt_lookup" and read.primary == report.result_of("prompt_lookup").primary
+    plan = CliRunner().invoke(main, ["plan", "--spec", str(lookup_spec), "--tuning", str(copy_heavy_report), "--json"])
+    assert plan.exit_code == 0, plan.output
+    planned = json.loads(plan.stdout)
+    assert planned["projection"]["acceptance_profile"] == read.primary.accepted_through
+    assert planned["projection"]["t_d_ms"] == 0  # drafts from the host
+    assert planned["tuning"]["recommended_method"] == report.recommended_method
+    assert bool(planned["tuning"]["warnings"]) == (report.recommended_method != "prompt_lookup")
+    # A report that did not measure the spec's method: one error naming it and the fix.
+    lookup_only = tmp_path / "lookup-only.json"
+    data = json.loads(copy_heavy_report.read_text())
+    data["methods"] = [m for m in data["methods"] if m["name"] == "prompt_lookup"]
+    data.update(method="prompt_lookup", recommended_method="prompt_lookup")
+    data["recommended_k"] = data["methods"][0]["temperatures"][0]["recommended_k"]
+    lookup_only.write_text(json.dumps(data))
+    with pytest.raises(SpecError, match="measured prompt_lookup, not speculative.method draft_target"):
+        load_tuning(lookup_only, load_spec(chat_spec))
+    # A method needing a draft model on a spec without one: refused before anything runs.
+    result = CliRunner().invoke(main, ["tune", "--spec", str(lookup_spec), "--method", "hybrid"])
+    assert result.exit_code == 2 and "--method hybrid needs a draft model" in result.output
+
+
 # --- the K schedule measured through a server (tune --url) ---------------------------------------
 
 
@@ -247,6 +323,7 @@ def test_a_measured_schedule_is_a_step_function_of_load_down_to_plain_decoding()
 
     measured = MeasuredSchedule(
         url="127.0.0.1:8001",
+        method="draft_target",
         temperature=0.0,
         prompts=8,
         max_new_tokens=64,
@@ -259,10 +336,14 @@ def test_a_measured_schedule_is_a_step_function_of_load_down_to_plain_decoding()
     assert measured.loop_schedule(spec_k=3, max_batch_size=5) == (3, 3, 3, 2, 2)
     lines = measured.render(spec_k=4, max_batch_size=10)
     assert "8 in flight: K 2: x0.90  K 4: x0.80  -> plain decoding" in "\n".join(lines)
-    losing = MeasuredSchedule(url="u", temperature=0, prompts=1, max_new_tokens=8, points=[point(1, k4=0.9)])
+    losing = MeasuredSchedule(
+        url="u", method="draft_target", temperature=0, prompts=1, max_new_tokens=8, points=[point(1, k4=0.9)]
+    )
     assert losing.loop_schedule(spec_k=4, max_batch_size=4) == ()  # no K pays alone: no schedule
     with pytest.raises(ValueError, match="must start at 1 request in flight"):
-        MeasuredSchedule(url="u", temperature=0, prompts=1, max_new_tokens=8, points=[point(4, k4=1.2)])
+        MeasuredSchedule(
+            url="u", method="draft_target", temperature=0, prompts=1, max_new_tokens=8, points=[point(4, k4=1.2)]
+        )
 
 
 def test_tune_url_fails_at_once_without_a_server():

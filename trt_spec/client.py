@@ -42,6 +42,9 @@ class StreamEvent:
     num_output_tokens: int  # tokens generated so far
     arrival_s: float  # time.perf_counter() when the response arrived
     log_probs: tuple[float, ...] = ()  # with return_log_probs: this response's new tokens under the target
+    # The prompt lookup's share of the drafted and accepted totals (the rest: the draft model's).
+    total_lookup_draft_tokens: int = 0
+    total_accepted_lookup_draft_tokens: int = 0
 
 
 def request_inputs(
@@ -245,6 +248,8 @@ def _event(result, arrival: float) -> StreamEvent:
         num_output_tokens=int(scalar(T.NUM_OUTPUT_TOKENS) or 0),
         arrival_s=arrival,
         log_probs=() if log_probs is None else tuple(float(x) for x in log_probs.reshape(-1)),
+        total_lookup_draft_tokens=int(scalar(T.TOTAL_LOOKUP_DRAFT_TOKENS) or 0),
+        total_accepted_lookup_draft_tokens=int(scalar(T.TOTAL_ACCEPTED_LOOKUP_DRAFT_TOKENS) or 0),
     )
 
 

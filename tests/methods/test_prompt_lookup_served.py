@@ -6,6 +6,7 @@ streams, sampled output follows the target's distribution."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,6 +19,7 @@ from trt_spec.repository.writer import write_repository
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.penalties import Penalties
 from trt_spec.runtime.sampling import SamplingParams
+from trt_spec.serving.metrics import samples, scrape
 from trt_spec.serving.server import TritonServer
 from trt_spec.spec import parse_spec
 
@@ -70,13 +72,53 @@ def generate(server, prompt: str, **options):
 
 def test_greedy_equals_the_target_alone_on_ten_prompts(server, target):
     prompts = [COPY_PROMPT, *prompt_texts(9, 200)]
+    before = drafts_by_source(server)
     drafted = accepted = 0
     for prompt in prompts:
         events = generate(server, prompt, max_tokens=NEW_TOKENS)
         assert "".join(event.text for event in events) == decode(target, greedy_reference(target, prompt, NEW_TOKENS))
-        drafted += events[-1].total_draft_tokens
-        accepted += events[-1].total_accepted_draft_tokens
+        last = events[-1]
+        drafted += last.total_draft_tokens
+        accepted += last.total_accepted_draft_tokens
+        # Every draft is the lookup's: the per-request split says so.
+        assert (last.total_lookup_draft_tokens, last.total_accepted_lookup_draft_tokens) == (
+            last.total_draft_tokens,
+            last.total_accepted_draft_tokens,
+        )
     assert drafted > 0 and accepted > 0  # the lookup drafted, and the target kept some
+    # The metrics port counts them by source (updated off the loop's path: wait for the last).
+    deadline = time.monotonic() + 10
+    while (after := drafts_by_source(server))[("drafted", "prompt_lookup")] - before[
+        ("drafted", "prompt_lookup")
+    ] < drafted and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert after[("drafted", "prompt_lookup")] - before[("drafted", "prompt_lookup")] == drafted
+    assert after[("accepted", "prompt_lookup")] - before[("accepted", "prompt_lookup")] == accepted
+    assert after[("drafted", "draft_model")] == before[("drafted", "draft_model")]  # no draft model here
+
+
+BY_SOURCE = {
+    "trt_spec_loop_draft_tokens_by_source_total": "drafted",
+    "trt_spec_loop_accepted_draft_tokens_by_source_total": "accepted",
+}
+
+
+def drafts_by_source(server) -> Counter:
+    """The loop's by-source counters: ("drafted" | "accepted", source) -> tokens."""
+    deadline = time.monotonic() + 30  # Triton starts its metrics server after the HTTP one
+    while True:
+        try:
+            text = scrape(server.metrics_url)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    counts: Counter = Counter()
+    for sample in samples(text):
+        if sample.name in BY_SOURCE:
+            counts[(BY_SOURCE[sample.name], sample.label("source"))] += int(sample.value)
+    return counts
 
 
 def test_eight_concurrent_streams_each_equal_the_target_alone(server, target):

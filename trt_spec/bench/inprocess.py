@@ -79,7 +79,8 @@ class Recommendation:
 @dataclass
 class BenchReport:
     rows: list[FixedRow | AdaptiveRow]
-    step_times: StepTimes
+    step_times: StepTimes  # the first method's
+    step_times_by_method: dict[str, StepTimes]
     recommendations: list[Recommendation]
     config: BenchConfig
     runner: str
@@ -162,6 +163,7 @@ def run_local_bench(
     return BenchReport(
         rows=rows,
         step_times=step_times,
+        step_times_by_method=times_by_method,
         recommendations=recommendations,
         config=config,
         runner=pair.target.runner_name,

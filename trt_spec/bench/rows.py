@@ -80,6 +80,13 @@ class Tally:
             width = max(len(total.drafted_by_position), len(stats.drafted_by_position))
             total.drafted_by_position = _add_lists(total.drafted_by_position, stats.drafted_by_position, width)
             total.accepted_by_position = _add_lists(total.accepted_by_position, stats.accepted_by_position, width)
+            for mine, theirs in (
+                (total.drafted_by_source, stats.drafted_by_source),
+                (total.accepted_by_source, stats.accepted_by_source),
+                (total.steps_by_source, stats.steps_by_source),
+            ):
+                for source, count in theirs.items():
+                    mine[source] = mine.get(source, 0) + count
 
     def add_results(self, results: Sequence[RequestResult], seconds: float) -> None:
         """Requests timed from outside, which took ``seconds`` of wall time together."""
@@ -170,7 +177,13 @@ class FixedRow(Row):
     t_k_plus_1_ms: float
     hf_plain_tokens_per_s: float | None  # HF's own plain decoding, the baseline of its assisted generation
     acceptance_by_position: tuple[float, ...]
+    # Per position: accepted / all steps (acceptance_by_position divides by the steps that drafted
+    # there; a prompt-lookup step without a match drafts nothing). E = 1 + their sum, exactly.
+    accepted_through_per_step: tuple[float, ...]
     target_calls: int
+    drafted_by_source: dict[str, int]  # methods.SOURCES -> drafted tokens
+    accepted_by_source: dict[str, int]
+    steps_by_source: dict[str, int]  # methods.SOURCES -> steps that drafted from it
 
     @classmethod
     def measure(
@@ -204,7 +217,13 @@ class FixedRow(Row):
             t_k_plus_1_ms=_ms(step_times.target_by_num_tokens[k + 1]),
             hf_plain_tokens_per_s=hf_plain.tokens_per_s if hf_plain else None,
             acceptance_by_position=tuple(stats.acceptance_by_position),
+            accepted_through_per_step=tuple(
+                accepted / stats.target_calls if stats.target_calls else 0.0 for accepted in stats.accepted_by_position
+            ),
             target_calls=stats.target_calls,
+            drafted_by_source=dict(stats.drafted_by_source),
+            accepted_by_source=dict(stats.accepted_by_source),
+            steps_by_source=dict(stats.steps_by_source),
             tokens=spec.tokens,
         )
 
@@ -225,6 +244,8 @@ class FixedRow(Row):
             "hf_plain_tokens_per_s": self.hf_plain_tokens_per_s,
             "acceptance_by_position": list(self.acceptance_by_position),
             "target_calls": self.target_calls,
+            "drafted_by_source": self.drafted_by_source,
+            "accepted_by_source": self.accepted_by_source,
             "tokens": self.tokens,
         }
 

@@ -14,6 +14,7 @@ import time
 import click
 
 from trt_spec.cli.common import choose_mode, load_twin, mode_options
+from trt_spec.runtime.methods import PROMPT_LOOKUP
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
 
@@ -128,6 +129,22 @@ def format_remote_stats(event, seconds: float) -> str:
         f"{event.num_target_calls} target calls ({event.num_output_tokens / calls:.2f} tokens each), drafted "
         f"{event.total_draft_tokens}, accepted {event.total_accepted_draft_tokens} "
         f"(acceptance_rate {event.acceptance_rate:.3f})"
+        + _by_source(
+            event.total_draft_tokens,
+            event.total_accepted_draft_tokens,
+            event.total_lookup_draft_tokens,
+            event.total_accepted_lookup_draft_tokens,
+        )
+    )
+
+
+def _by_source(drafted: int, accepted: int, lookup_drafted: int, lookup_accepted: int) -> str:
+    """Where the drafts came from, when prompt lookup proposed any."""
+    if not lookup_drafted:
+        return ""
+    return (
+        f"; prompt lookup drafted {lookup_drafted}, accepted {lookup_accepted}; draft model drafted "
+        f"{drafted - lookup_drafted}, accepted {accepted - lookup_accepted}"
     )
 
 
@@ -171,6 +188,12 @@ def format_stats(generation, seconds: float) -> str:
         f"({stats.tokens_per_target_call:.2f} tokens each), drafted {stats.drafted_tokens}, accepted "
         f"{stats.accepted_tokens} (acceptance_rate {stats.acceptance_rate:.3f}, alpha {stats.alpha:.3f}); "
         f"acceptance by draft position: {by_position}"
+        + _by_source(
+            stats.drafted_tokens,
+            stats.accepted_tokens,
+            stats.drafted_by_source.get(PROMPT_LOOKUP, 0),
+            stats.accepted_by_source.get(PROMPT_LOOKUP, 0),
+        )
     )
 
 

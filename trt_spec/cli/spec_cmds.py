@@ -111,8 +111,10 @@ def plan(
     tuning = read_tuning(tuning_path, spec)
     acceptance: Acceptance = tuning.acceptance if tuning else (DEFAULT_ALPHA if alpha is None else alpha)
     the_plan = spec_plan(spec)
-    projection = project_plan(the_plan, acceptance, max_k=max_k, context=context, batch=batch)
-    schedule = k_schedule(the_plan, acceptance, context=context)
+    draft_share = tuning.primary.draft_share if tuning else 1.0  # hybrid: the steps its draft model ran
+    projection = project_plan(the_plan, acceptance, max_k=max_k, context=context, batch=batch, draft_share=draft_share)
+    schedule = k_schedule(the_plan, acceptance, context=context, draft_share=draft_share)
+    tuning_warnings = tuning.warnings(spec) if tuning else []
     if as_json:
         click.echo(
             json.dumps(
@@ -126,12 +128,25 @@ def plan(
                         if tuning and tuning.measured_schedule
                         else {}
                     ),
+                    **(
+                        {
+                            "tuning": {
+                                "recommended_method": tuning.recommended_method,
+                                "recommended_k": tuning.recommended_k,
+                                "warnings": tuning_warnings,
+                            }
+                        }
+                        if tuning
+                        else {}
+                    ),
                 },
                 indent=2,
             )
         )
     else:
         click.echo(render_plan(the_plan, spec_path, projection, schedule, acceptance))
+        for warning in tuning_warnings:
+            click.echo(f"warning: {warning}")
         if tuning and tuning.measured_schedule:
             click.echo("")
             click.echo("\n".join(tuning.measured_schedule.render(spec.num_draft_tokens, spec.engine.max_batch_size)))

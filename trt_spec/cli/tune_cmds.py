@@ -7,6 +7,7 @@ import click
 
 from trt_spec import atomic
 from trt_spec.cli.common import DEVICES, dataset_options, load_dataset_workload, load_twin, read_spec, spec_option
+from trt_spec.runtime import methods
 from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
 
 
@@ -27,6 +28,14 @@ from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
     type=click.FloatRange(min=0),
     multiple=True,
     help="Temperatures to measure (repeatable); default 0. The first is your traffic's: the recommendation is for it.",
+)
+@click.option(
+    "--method",
+    "method_names",
+    multiple=True,
+    type=click.Choice(methods.names()),
+    help="Speculation methods to measure (repeatable); default every one the spec's checkpoints run (with a "
+    "draft section: all; without: prompt_lookup). The spec's own is always measured.",
 )
 @click.option(
     "--prompts",
@@ -78,6 +87,7 @@ def tune(
     seed,
     ks,
     temperatures,
+    method_names,
     num_prompts,
     max_tokens,
     repeats,
@@ -89,14 +99,17 @@ def tune(
     url,
     loads,
 ) -> None:
-    """Tune K to your traffic: measure acceptance per draft position and tokens per target call on
-    your prompts with the spec's own checkpoints (in-process: CPU, or CUDA where present), project
-    the speedup per K on the spec's GPU from that measured profile, and recommend K.
+    """Tune the method and K to your traffic: measure every speculation method the spec's
+    checkpoints can run (acceptance per draft position, tokens per target call, step costs) on your
+    prompts with the spec's own checkpoints (in-process: CPU, or CUDA where present), project the
+    speedup per method and K on the spec's GPU from those measured profiles, and recommend the
+    method and K (`recommended_method`, `recommended_k` in the report).
 
     K is the target engine's max_draft_len, fixed at build, so tune before `trt-spec build`. The
     report feeds `plan --tuning` (the projection and the K schedule by requests in flight),
-    `check --tuning` (a warning when the spec's K is off the recommendation) and `repo --tuning`
-    (adaptive K starts from the measured acceptance).
+    `check --tuning` (a warning when the spec's method or K is off the recommendation) and
+    `repo --tuning` (adaptive K starts from the measured acceptance). A report tuned on a spec with a
+    draft section serves a spec of the same target with any method it measured.
 
     With --url, the best K is also measured through a running server of the spec's repository at
     each number of requests in flight (--in-flight), against plain decoding at the same load: the
@@ -105,6 +118,7 @@ def tune(
     \b
     Examples:
       trt-spec tune --spec examples/pystdlib-demo.yaml
+      trt-spec tune --spec examples/pystdlib-wide.yaml --dataset examples/copy-heavy.jsonl
       trt-spec tune --spec spec.yaml --dataset chats.jsonl --prompts 32 -o tuning.json --plot tuning.png
       trt-spec tune --spec spec.yaml --dataset my-org/support-chats --dataset-split test --temperature 0.7
       trt-spec tune --spec examples/pystdlib-demo.yaml --url 127.0.0.1:8001 --in-flight 1 --in-flight 8
@@ -130,6 +144,12 @@ def tune(
     if loads and url is None:
         raise click.UsageError("--in-flight goes with --url HOST:PORT (a running server of the spec's repository)")
     spec = read_spec(spec_path)
+    for name in method_names:
+        if methods.get(name).uses_draft_model and spec.draft is None:
+            raise click.UsageError(
+                f"--method {name} needs a draft model and the spec has no draft section; tune a spec with one "
+                "(it measures every method) or leave --method out"
+            )
     plan = make_plan(spec)
     if url is not None:  # now, not after minutes of measuring in-process
         served_k = server_default_k(url)
@@ -166,6 +186,7 @@ def tune(
         source=source,
         ks=ks or DEFAULT_KS,
         temperatures=temperatures or DEFAULT_TEMPERATURES,
+        method_names=method_names,
         num_prompts=num_prompts or 8,
         max_new_tokens=max_tokens,
         repeats=repeats,
@@ -177,6 +198,7 @@ def tune(
             texts or prompt_texts(num_prompts or 8, PROMPT_CHARS),
             # The server's engines take K up to the spec's (max_draft_len); the spec's K is the loop's default.
             ks=sorted({k for k in ks or DEFAULT_KS if k <= spec.num_draft_tokens} | {spec.num_draft_tokens}),
+            method=spec.speculative.method,
             loads=loads or DEFAULT_LOADS,
             temperature=report.primary.temperature,
             max_new_tokens=max_tokens,

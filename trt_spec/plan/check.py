@@ -105,8 +105,9 @@ def _check_tuning(spec: Spec, tuning: TuningReport) -> CheckRow:
     return CheckRow(
         "tuning",
         OK,
-        f"K = {spec.num_draft_tokens} is the tuning report's recommendation (acceptance measured on "
-        f"{tuning.workload.source}, alpha {tuning.primary.alpha:.2f} at temperature {tuning.primary.temperature:g})",
+        f"{spec.speculative.method} at K = {spec.num_draft_tokens} is the tuning report's recommendation "
+        f"(acceptance measured on {tuning.workload.source}, alpha {tuning.primary.alpha:.2f} at temperature "
+        f"{tuning.primary.temperature:g}, {len(tuning.methods)} method(s) compared)",
     )
 
 

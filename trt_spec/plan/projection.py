@@ -245,15 +245,18 @@ def project_plan(
     max_k: int = DEFAULT_MAX_K,
     context: int | None = None,
     batch: int = DEFAULT_BATCH,
+    draft_share: float = 1.0,
 ) -> Projection:
     """The projection for ``plan`` on its spec's GPU for K in 1..``max_k`` (at most the K a
     measured profile reaches).
 
     ``context``: tokens already in each sequence's KV cache (default: the spec's max_input_len, a
-    full-length prompt).
+    full-length prompt). ``draft_share``: the fraction of steps the draft engine runs, which t_d is
+    charged for (1: every step, as a draft model drafts; 0: prompt lookup, on the host; hybrid: the
+    share ``trt-spec tune`` measured, the steps where lookup had no match, or 1 as an upper bound).
 
     Raises:
-        ValueError: alpha outside [0, 1], max_k, context or batch below 1.
+        ValueError: alpha or draft_share outside [0, 1], max_k, context or batch below 1.
     """
     if isinstance(acceptance, AcceptanceProfile):
         max_k = min(max_k, acceptance.max_k)
@@ -261,6 +264,8 @@ def project_plan(
         raise ValueError(f"alpha must be in [0, 1]; got {acceptance}")
     if max_k < 1 or batch < 1 or (context is not None and context < 1):
         raise ValueError(f"max_k, context and batch must be at least 1; got {max_k}, {context}, {batch}")
+    if not 0 <= draft_share <= 1:
+        raise ValueError(f"draft_share must be in [0, 1]; got {draft_share}")
     spec = plan.spec
     gpu = GPUS[spec.engine.gpu]
     context = context or spec.engine.max_input_len
@@ -284,7 +289,7 @@ def project_plan(
     step_times = StepTimes(
         target_1=target.seconds(gpu),
         target_by_num_tokens={k + 1: step.seconds(gpu) for k, step in verify.items()},
-        draft_by_k={k: draft.seconds(gpu) for k in ks},
+        draft_by_k={k: draft.seconds(gpu) * draft_share for k in ks},
     )
     return Projection(
         gpu_key=spec.engine.gpu,
@@ -318,7 +323,9 @@ class ScheduleStep:
         return {"in_flight": self.in_flight, "k": self.k, "speedup": self.speedup}
 
 
-def k_schedule(plan: Plan, acceptance: Acceptance = DEFAULT_ALPHA, *, context: int | None = None) -> list[ScheduleStep]:
+def k_schedule(
+    plan: Plan, acceptance: Acceptance = DEFAULT_ALPHA, *, context: int | None = None, draft_share: float = 1.0
+) -> list[ScheduleStep]:
     """The best K (up to the spec's, the target engine's max_draft_len: K is fixed at build) for
     each number of requests in flight, 1 .. the spec's max_batch_size, from the projection at that
     batch: plain decoding gains from batching while a step stays memory-bound,
@@ -331,7 +338,14 @@ def k_schedule(plan: Plan, acceptance: Acceptance = DEFAULT_ALPHA, *, context: i
     """
     steps = []
     for in_flight in range(1, plan.spec.engine.max_batch_size + 1):
-        best = project_plan(plan, acceptance, max_k=plan.spec.num_draft_tokens, context=context, batch=in_flight).best
+        best = project_plan(
+            plan,
+            acceptance,
+            max_k=plan.spec.num_draft_tokens,
+            context=context,
+            batch=in_flight,
+            draft_share=draft_share,
+        ).best
         steps.append(
             ScheduleStep(in_flight, best.k, best.speedup) if best.speedup > 1 else ScheduleStep(in_flight, 0, 1.0)
         )

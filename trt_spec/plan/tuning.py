@@ -1,7 +1,13 @@
-"""The tuning report: acceptance measured on the user's own prompts (``trt-spec tune``), read by
-``plan`` (the projection from the measured profile instead of an assumed alpha), ``check`` (a
-warning when the spec's K is off the recommendation) and ``repo`` (adaptive K starts from the
-measured acceptance; the torch flavor's step costs as measured).
+"""The tuning report: acceptance measured on the user's own prompts (``trt-spec tune``) for every
+speculation method the spec's checkpoints can run, read by ``plan`` (the projection from the
+measured profile instead of an assumed alpha), ``check`` (a warning when the spec's method or K is
+off the recommendation) and ``repo`` (adaptive K starts from the measured acceptance; the torch
+flavor's step costs as measured).
+
+A report is read for one method at a time: ``load_tuning(path, spec)`` selects the spec's
+(:meth:`TuningReport.for_method`), so a report tuned on a hybrid spec serves a prompt-lookup spec
+of the same target too. The recommended method is the one projected fastest on the spec's GPU
+(:func:`recommend_method`).
 
 A report is JSON, written once by ``trt_spec.bench.tuning`` and validated here on every read
 (pydantic), so a hand-edited or truncated file fails with the field that is wrong. It records
@@ -19,9 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from trt_spec.errors import SpecError
 from trt_spec.plan.projection import ScheduleStep, loop_schedule
 from trt_spec.runtime.costs import AcceptanceProfile, StepCosts
+from trt_spec.runtime.methods import get as get_method
 from trt_spec.spec import Spec
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: one result per method (``methods``), ``recommended_method``
+# Methods projected within this fraction of the fastest count as equal, and the one with fewer
+# engines is recommended: a draft engine costs GPU memory and a build, and a tie does not pay for it.
+METHOD_TIE = 0.01
 
 
 class _Strict(BaseModel):
@@ -55,6 +65,9 @@ class TemperatureResult(_Strict):
     projected_speedup: list[float] = Field(min_length=1)
     recommended_k: int = Field(ge=1)  # the best projected K
     k_schedule: list[int]  # the best K per requests in flight 1..max_batch_size (0: plain decoding)
+    # The fraction of steps the draft engine ran, which the projection charges t_d for: 1 for a
+    # draft model, 0 for prompt lookup (host-side), hybrid's measured share (lookup had no match).
+    draft_share: float = Field(default=1.0, ge=0, le=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> TemperatureResult:
@@ -70,6 +83,11 @@ class TemperatureResult(_Strict):
 
     def projected_at(self, k: int) -> float | None:
         return self.projected_speedup[k - 1] if 1 <= k <= len(self.projected_speedup) else None
+
+    @property
+    def best_speedup(self) -> float:
+        """The projected speedup at the recommended K."""
+        return self.projected_speedup[self.recommended_k - 1]
 
 
 class MeasuredStepCosts(_Strict):
@@ -93,6 +111,26 @@ class SchedulePoint(_Strict):
         return k if self.speedups[k] > 1 else 0
 
 
+class MethodResult(_Strict):
+    """One speculation method measured on the workload: per temperature, and its step costs."""
+
+    name: str  # a trt_spec.runtime.methods name
+    temperatures: list[TemperatureResult] = Field(min_length=1)
+    step_costs: MeasuredStepCosts
+
+    @property
+    def primary(self) -> TemperatureResult:
+        return self.temperatures[0]
+
+
+def recommend_method(results: list[MethodResult]) -> str:
+    """The method projected fastest at its best K at the traffic's temperature (the first); among
+    those within :data:`METHOD_TIE` of it, the one deploying fewer engines, then the first listed."""
+    best = max(result.primary.best_speedup for result in results)
+    close = [result for result in results if result.primary.best_speedup >= best * (1 - METHOD_TIE)]
+    return min(close, key=lambda result: len(get_method(result.name).roles)).name
+
+
 class MeasuredSchedule(_Strict):
     """The best K by requests in flight, measured through a running server of the spec's repository
     (``trt-spec tune --url``): for a flavor that runs on the machine that tuned (the torch flavor),
@@ -101,6 +139,7 @@ class MeasuredSchedule(_Strict):
     verification, which plain decoding (the target alone) cannot use."""
 
     url: str
+    method: str  # the served spec's method the schedule was measured with
     temperature: float = Field(ge=0)
     prompts: int = Field(ge=1)
     max_new_tokens: int = Field(ge=1)
@@ -159,21 +198,63 @@ class TuningReport(_Strict):
     spec_name: str
     target: str  # the spec's target.model
     draft: str | None  # the spec's draft.model; None for a method without a draft model
+    # The method the properties below give figures for: the tuned spec's as written; on reading,
+    # the reading spec's (load_tuning, for_method).
+    method: str
     spec_k: int  # the spec's num_draft_tokens when tuned
     gpu: str  # the spec's engine.gpu, which the projection is for
     created: str  # ISO 8601
     machine: str  # where the acceptance was measured (it does not depend on it; speed does)
     runner: str
     workload: Workload
-    temperatures: list[TemperatureResult] = Field(min_length=1)
-    step_costs: MeasuredStepCosts
+    methods: list[MethodResult] = Field(min_length=1)  # every method tried
+    recommended_method: str  # recommend_method(methods)
+    recommended_k: int = Field(ge=1)  # the recommended method's best K at the traffic's temperature
     measured_schedule: MeasuredSchedule | None = None  # with --url
 
     @model_validator(mode="after")
-    def _known_version(self) -> TuningReport:
+    def _consistent(self) -> TuningReport:
         if self.version != REPORT_VERSION:
             raise ValueError(f"version {self.version} is not {REPORT_VERSION}; re-run trt-spec tune")
+        names = [result.name for result in self.methods]
+        if len(set(names)) != len(names):
+            raise ValueError(f"methods are listed more than once: {names}")
+        for name in (self.method, self.recommended_method):
+            if name not in names:
+                raise ValueError(f"method {name!r} has no result; the report measured {', '.join(names)}")
+        best = self.methods[names.index(self.recommended_method)].primary.recommended_k
+        if self.recommended_k != best:
+            raise ValueError(f"recommended_k {self.recommended_k} is not {self.recommended_method}'s best K {best}")
         return self
+
+    def result_of(self, name: str) -> MethodResult:
+        """The figures measured for the method called ``name``.
+
+        Raises:
+            SpecError: the report has none (names what it has and the fix).
+        """
+        for result in self.methods:
+            if result.name == name:
+                return result
+        raise SpecError(
+            f"the tuning report measured {', '.join(result.name for result in self.methods)}, not speculative.method "
+            f"{name}; run `trt-spec tune` on a spec with method {name} (a spec with a draft section measures "
+            "every method)"
+        )
+
+    def for_method(self, name: str) -> TuningReport:
+        """The same report read for the method called ``name`` (see :meth:`result_of`)."""
+        self.result_of(name)
+        return self.model_copy(update={"method": name})
+
+    @property
+    def temperatures(self) -> list[TemperatureResult]:
+        """The method's results per temperature."""
+        return self.result_of(self.method).temperatures
+
+    @property
+    def step_costs(self) -> MeasuredStepCosts:
+        return self.result_of(self.method).step_costs
 
     @property
     def primary(self) -> TemperatureResult:
@@ -185,7 +266,8 @@ class TuningReport(_Strict):
         return self.primary.profile
 
     @property
-    def recommended_k(self) -> int:
+    def best_k(self) -> int:
+        """The method's best projected K (``recommended_k`` is the recommended method's)."""
         return self.primary.recommended_k
 
     @property
@@ -196,7 +278,7 @@ class TuningReport(_Strict):
     def loop_schedule(self, spec: Spec) -> tuple[int, ...] | None:
         """The loop's K by requests in flight measured through a server (``tune --url``); None when
         none was measured."""
-        if self.measured_schedule is None:
+        if self.measured_schedule is None or self.measured_schedule.method != spec.speculative.method:
             return None
         return self.measured_schedule.loop_schedule(spec.num_draft_tokens, spec.engine.max_batch_size)
 
@@ -210,24 +292,40 @@ class TuningReport(_Strict):
         )
 
     def check_matches(self, spec: Spec) -> None:
-        """Raises SpecError when the report was measured on another pair than the spec's."""
+        """Raises SpecError when the report was measured on other checkpoints than the spec's (the
+        same target, and the same draft where the spec has one), or not for the spec's method."""
         draft = spec.draft.model if spec.draft else None
-        if (self.target, self.draft) != (spec.target.model, draft):
+        if self.target != spec.target.model or (draft is not None and draft != self.draft):
             raise SpecError(
                 f"the tuning report is for target {self.target!r} with draft {self.draft!r}, not the spec's "
                 f"{spec.target.model!r} with {draft!r}; run `trt-spec tune --spec` on this spec"
             )
+        self.result_of(spec.speculative.method)
 
     def warnings(self, spec: Spec) -> list[str]:
-        """What ``check`` says about the spec against this report."""
+        """What ``check`` and ``plan`` say about the spec against this report (read for the
+        spec's method)."""
         found = []
-        if spec.num_draft_tokens != self.recommended_k:
+        if spec.speculative.method != self.recommended_method:
+            ours, best = self.primary, self.result_of(self.recommended_method).primary
+            needs = (
+                " (it needs a draft section)"
+                if spec.draft is None and get_method(self.recommended_method).uses_draft_model
+                else ""
+            )
+            found.append(
+                f"speculative.method is {spec.speculative.method} (x{ours.best_speedup:.2f} projected at its best K "
+                f"{ours.recommended_k}) but the tuning report recommends {self.recommended_method} "
+                f"(x{best.best_speedup:.2f} at K {best.recommended_k} on {self.gpu.upper()}, acceptance measured on "
+                f"{self.workload.source}); set speculative.method: {self.recommended_method}{needs}"
+            )
+        if spec.num_draft_tokens != self.best_k:
             result = self.primary
             at_spec = result.projected_at(spec.num_draft_tokens)
             projected = f" (x{at_spec:.2f})" if at_spec is not None else ""
             found.append(
                 f"speculative.num_draft_tokens is {spec.num_draft_tokens}{projected} but the tuning report "
-                f"recommends K = {self.recommended_k} (x{result.projected_at(self.recommended_k):.2f} projected on "
+                f"recommends K = {self.best_k} for {self.method} (x{result.best_speedup:.2f} projected on "
                 f"{self.gpu.upper()} at temperature {result.temperature:g}, acceptance measured on "
                 f"{self.workload.source}); K is the target engine's max_draft_len, fixed at build: set it "
                 "before `trt-spec build`"
@@ -261,6 +359,7 @@ def load_tuning(path: str | Path, spec: Spec | None = None) -> TuningReport:
         raise SpecError(f"tuning report {path} cannot be read: {error}") from None
     if spec is not None:
         report.check_matches(spec)
+        report = report.for_method(spec.speculative.method)
     return report
 
 

@@ -68,7 +68,7 @@ import torch
 from trt_spec.runtime import tensors as T
 from trt_spec.runtime.errors import GenerationParamsError
 from trt_spec.runtime.loop import PLAIN_DECODING, GenerationParams, LoopState, call_seed
-from trt_spec.runtime.methods import DRAFT_MODEL
+from trt_spec.runtime.methods import DRAFT_MODEL, PROMPT_LOOKUP
 from trt_spec.runtime.parameters import LoopParameters
 from trt_spec.runtime.penalties import NEUTRAL_TEMPERATURE, Penalties, adjusted_scores
 from trt_spec.runtime.sampling import GREEDY_TEMPERATURE, filtered_softmax
@@ -656,6 +656,8 @@ def response_arrays(
         T.ACCEPTANCE_RATE.name: _scalar(stats.acceptance_rate, np.float32),
         T.NUM_TARGET_CALLS.name: _scalar(stats.target_calls, np.int32),
         T.NUM_OUTPUT_TOKENS.name: _scalar(len(state.output), np.int32),
+        T.TOTAL_LOOKUP_DRAFT_TOKENS.name: _scalar(stats.drafted_by_source.get(PROMPT_LOOKUP, 0), np.int32),
+        T.TOTAL_ACCEPTED_LOOKUP_DRAFT_TOKENS.name: _scalar(stats.accepted_by_source.get(PROMPT_LOOKUP, 0), np.int32),
     }
     if request is not None:
         if request.batch_size > 1:

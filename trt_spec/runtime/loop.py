@@ -137,6 +137,7 @@ class RequestStats:
     # By where the drafts came from (methods.SOURCES: the draft model, prompt lookup)
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
+    steps_by_source: dict[str, int] = field(default_factory=dict)  # steps that drafted, by source
 
     @property
     def acceptance_rate(self) -> float:
@@ -165,6 +166,7 @@ class RequestStats:
             source = source or DRAFT_MODEL
             self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + num_drafted
             self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + num_accepted
+            self.steps_by_source[source] = self.steps_by_source.get(source, 0) + 1
         self.target_calls += 1
         self.drafted_tokens += num_drafted
         self.accepted_tokens += num_accepted

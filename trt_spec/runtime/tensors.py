@@ -262,6 +262,14 @@ TOTAL_DRAFT_TOKENS = _scalar("total_draft_tokens", "INT32", "running total of dr
 TOTAL_ACCEPTED_DRAFT_TOKENS = _scalar("total_accepted_draft_tokens", "INT32", "running total of accepted drafts")
 ACCEPTANCE_RATE = _scalar("acceptance_rate", "FP32", "accepted / drafted so far")
 NUM_TARGET_CALLS = _scalar("num_target_calls", "INT32", "running total of target engine calls")
+# By source (runtime/methods: SOURCES): the prompt lookup's share of the totals above; the rest of
+# them came from the draft model.
+TOTAL_LOOKUP_DRAFT_TOKENS = _scalar(
+    "total_lookup_draft_tokens", "INT32", "running total of drafted tokens from prompt lookup (the rest: draft model)"
+)
+TOTAL_ACCEPTED_LOOKUP_DRAFT_TOKENS = _scalar(
+    "total_accepted_lookup_draft_tokens", "INT32", "running total of accepted drafts from prompt lookup"
+)
 NUM_INPUT_TOKENS = _scalar("num_input_tokens", "INT32", "the prompt's tokens, when return_num_input_tokens")
 NUM_OUTPUT_TOKENS = _scalar(
     "num_output_tokens",
@@ -313,7 +321,15 @@ ENSEMBLE_INPUTS = (
 )
 # Inputs the ensemble hands to the loop model directly (preprocessing neither needs nor checks them).
 LOOP_DIRECT_INPUTS = (SEED, RANDOM_SEED, ADAPTIVE_DRAFT)
-STATS_OUTPUTS = (TOTAL_DRAFT_TOKENS, TOTAL_ACCEPTED_DRAFT_TOKENS, ACCEPTANCE_RATE, NUM_TARGET_CALLS, NUM_OUTPUT_TOKENS)
+STATS_OUTPUTS = (
+    TOTAL_DRAFT_TOKENS,
+    TOTAL_ACCEPTED_DRAFT_TOKENS,
+    ACCEPTANCE_RATE,
+    NUM_TARGET_CALLS,
+    NUM_OUTPUT_TOKENS,
+    TOTAL_LOOKUP_DRAFT_TOKENS,
+    TOTAL_ACCEPTED_LOOKUP_DRAFT_TOKENS,
+)
 # --- engine models: TensorRT-LLM 1.2.x names -----------------------------------------------------
 #
 # Every input and output of upstream's tensorrt_llm model, with its name, dtype, dims, optional,
@@ -554,6 +570,8 @@ ENSEMBLE_OUTPUTS = (
     NUM_INPUT_TOKENS,
     NUM_OUTPUT_TOKENS,
     NUM_TARGET_CALLS,
+    TOTAL_LOOKUP_DRAFT_TOKENS,
+    TOTAL_ACCEPTED_LOOKUP_DRAFT_TOKENS,
 )
 # Every ensemble output but text_output comes straight from the loop model.
 LOOP_DIRECT_OUTPUTS = tuple(tensor for tensor in ENSEMBLE_OUTPUTS if tensor is not TEXT_OUTPUT)

@@ -25,8 +25,9 @@ What maps to what:
   ``num_output_tokens`` (``return_num_output_tokens`` is not sent: with it, each streamed
   response would carry only its own count);
 - the final chunk / response carries the extension ``speculative`` with the request's
-  ``acceptance_rate``, ``total_draft_tokens``, ``total_accepted_draft_tokens`` and
-  ``num_target_calls``; the request extension ``num_draft_tokens`` (0 = plain target decoding)
+  ``acceptance_rate``, ``total_draft_tokens``, ``total_accepted_draft_tokens``,
+  ``num_target_calls`` and the prompt lookup's share of the drafts (``total_lookup_draft_tokens``,
+  ``total_accepted_lookup_draft_tokens``); the request extension ``num_draft_tokens`` (0 = plain target decoding)
   is passed through.
 
 Optional ensemble inputs are sent only when the ensemble declares them (read once from its

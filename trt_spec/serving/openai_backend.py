@@ -27,7 +27,14 @@ _EXCLUDE_INPUT = "exclude_input_in_output"
 _RETURN_NUM_INPUT = "return_num_input_tokens"
 _NUM_INPUT_TOKENS = "num_input_tokens"
 _NUM_OUTPUT_TOKENS = "num_output_tokens"
-_SPECULATIVE_OUTPUTS = ("acceptance_rate", "total_draft_tokens", "total_accepted_draft_tokens", "num_target_calls")
+_SPECULATIVE_OUTPUTS = (
+    "acceptance_rate",
+    "total_draft_tokens",
+    "total_accepted_draft_tokens",
+    "num_target_calls",
+    T.TOTAL_LOOKUP_DRAFT_TOKENS.name,
+    T.TOTAL_ACCEPTED_LOOKUP_DRAFT_TOKENS.name,
+)
 
 # A Triton error message that is about the request's parameters (the ensemble's preprocessing and
 # loop name the parameter, its value and the allowed range) rather than a failure of the server.
@@ -246,6 +253,8 @@ class EnsembleBackend:
                 total_draft_tokens=int(stats.get("total_draft_tokens", 0)),
                 total_accepted_draft_tokens=int(stats.get("total_accepted_draft_tokens", 0)),
                 num_target_calls=int(stats.get("num_target_calls", 0)),
+                total_lookup_draft_tokens=int(stats.get(T.TOTAL_LOOKUP_DRAFT_TOKENS.name, 0)),
+                total_accepted_lookup_draft_tokens=int(stats.get(T.TOTAL_ACCEPTED_LOOKUP_DRAFT_TOKENS.name, 0)),
             )
             yield Piece(text[sent:], "stop" if stopped else "length", usage, speculative)
         except grpc.aio.AioRpcError as exc:

@@ -292,6 +292,9 @@ class Speculative(BaseModel):
     total_draft_tokens: int
     total_accepted_draft_tokens: int
     num_target_calls: int
+    # The prompt lookup's share of the totals (the rest: the draft model's).
+    total_lookup_draft_tokens: int = 0
+    total_accepted_lookup_draft_tokens: int = 0
 
 
 class CompletionChoice(BaseModel):

@@ -15,7 +15,9 @@ failing request ends with one short error line and the others go on. Prometheus 
 (python-backend custom metrics) are updated per request; ``trt_spec_loop_scheduled_steps_total``
 counts iterations by requests in flight and the K used, so the K schedule
 (``LoopParameters.k_schedule``: K by requests in flight, for requests that send no
-``num_draft_tokens``) can be watched at work.
+``num_draft_tokens``) can be watched at work, and ``trt_spec_loop_draft_tokens_by_source_total`` /
+``trt_spec_loop_accepted_draft_tokens_by_source_total`` split the drafts by where they came from
+(``source``: ``draft_model``, ``prompt_lookup``).
 Responses, cancellation checks and metric updates (each an IPC round trip) run on one worker
 thread, off the loop's path from one engine call to the next.
 
@@ -46,7 +48,7 @@ if (_HERE / "trt_spec").is_dir():
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from trt_spec.runtime import bls, draining  # noqa: E402
+from trt_spec.runtime import bls, draining, methods  # noqa: E402
 from trt_spec.runtime import tensors as T  # noqa: E402
 from trt_spec.runtime.errors import GenerationParamsError  # noqa: E402
 from trt_spec.runtime.parameters import LoopParameters  # noqa: E402
@@ -145,6 +147,22 @@ class LoopMetrics:
         )
         self.labels = labels
         self.scheduled_steps: dict = {}  # (in_flight, k) -> its counter, made when first seen
+        # Drafts by where they came from (methods.SOURCES: the draft model, prompt lookup).
+        self.families["drafted_by_source"] = pb_utils.MetricFamily(
+            name="trt_spec_loop_draft_tokens_by_source_total",
+            description="Draft tokens proposed, by source (draft_model, prompt_lookup)",
+            kind=kind.COUNTER,
+        )
+        self.families["accepted_by_source"] = pb_utils.MetricFamily(
+            name="trt_spec_loop_accepted_draft_tokens_by_source_total",
+            description="Draft tokens the target accepted, by source (draft_model, prompt_lookup)",
+            kind=kind.COUNTER,
+        )
+        self.by_source = {
+            (key, source): self.families[key].Metric(labels={**labels, "source": source})
+            for key in ("drafted_by_source", "accepted_by_source")
+            for source in methods.SOURCES
+        }
 
     def _scheduled_steps(self, in_flight: int, k: int):
         counter = self.scheduled_steps.get((in_flight, k))
@@ -172,6 +190,14 @@ class LoopMetrics:
         self.requests[outcome].increment(1)
         for (in_flight, k), count in times.steps_by_load.items():
             self._scheduled_steps(in_flight, k).increment(count)
+        if stats:
+            for key, counts in (
+                ("drafted_by_source", stats.drafted_by_source),
+                ("accepted_by_source", stats.accepted_by_source),
+            ):
+                for source, count in counts.items():
+                    if count:
+                        self.by_source[(key, source)].increment(count)
         if self.totals["draft_tokens"]:
             self.acceptance_rate.set(self.totals["accepted"] / self.totals["draft_tokens"])
         if self.totals["target_calls"]:
