@@ -198,6 +198,10 @@ def test_adaptive_draft_length_follows_acceptance():
     steady = chosen[40:]
     assert steady.count(0) >= len(steady) * AdaptiveDraftLength.PROBE_EVERY // (AdaptiveDraftLength.PROBE_EVERY + 1)
     assert set(steady) == {0, AdaptiveDraftLength.PROBE_K}
+    # Each rejected probe doubles the wait before the next, up to PROBE_EVERY_MAX.
+    probes = [index for index, k in enumerate(chosen) if k == AdaptiveDraftLength.PROBE_K and chosen[index - 1] == 0]
+    gaps = [later - earlier - 1 for earlier, later in zip(probes, probes[1:])]
+    assert gaps == [min(32 * 2**i, AdaptiveDraftLength.PROBE_EVERY_MAX) for i in range(len(gaps))], gaps
 
 
 def test_adaptive_k_comes_back_after_accepted_probes():
@@ -213,8 +217,9 @@ def test_adaptive_k_comes_back_after_accepted_probes():
         steps_to_recover += 1
         if k:
             adaptive.update(k, k)  # the text turned predictable: every probe accepted
-    # one wait for the first probe, then probes back to back until K > 1 pays
-    assert steps_to_recover <= AdaptiveDraftLength.PROBE_EVERY + 8, steps_to_recover
+    # one wait for the first probe (backed off to at most PROBE_EVERY_MAX), then probes back to
+    # back until K > 1 pays
+    assert steps_to_recover <= AdaptiveDraftLength.PROBE_EVERY_MAX + 8, steps_to_recover
 
 
 def test_adaptive_k_is_the_cost_models_best_and_depends_on_the_tokens_alone():

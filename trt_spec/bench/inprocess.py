@@ -54,7 +54,7 @@ class BenchConfig:
     seed: int = 0
     # The user's prompts (token ids; bench/dataset.py) instead of the packaged ones.
     prompts: tuple[tuple[int, ...], ...] | None = None
-    # Adaptive K's fixed costs and prior (a tuning report's); None: the pair's parameter ratio.
+    # Adaptive K's fixed costs and prior (a tuning report's); None: timed in the same run before the first request.
     step_costs: StepCosts | None = None
     # The speculation methods to put side by side (trt_spec.runtime.methods); () = the pair's own.
     methods: tuple[str, ...] = ()
@@ -118,9 +118,20 @@ def run_local_bench(
     half_completion = GenerationParams(max_new_tokens=config.max_new_tokens // 2, num_draft_tokens=0)
     contexts = [prompt + pair.generate(prompt, half_completion).run() for prompt in prompts]
     step_timer = _StepTimer(config.ks, pairs[next(iter(pairs))].lookup)
+    # Adaptive K weighs acceptance against this machine's step costs: a tuning report's, else a
+    # block of step timings taken now, before any request (the pair's parameter ratio and the fixed
+    # CPU verify slope can be off by 2x on a given machine, and a draft that never agrees then
+    # keeps drafting for several steps before K falls to 0).
+    adaptive_costs: dict[str, StepCosts] = {}
+    if config.adaptive:
+        step_timer.measure(pair, prompts[0], contexts[0])
+        largest = max(config.ks)
+        for name, method_pair in pairs.items():
+            costs = step_timer.result(method_pair.method).step_costs(largest)
+            adaptive_costs[name] = config.step_costs or costs
 
     tallies_by_temperature = {
-        temperature: _run_temperature(pairs, prompts, contexts, config, temperature, step_timer, say)
+        temperature: _run_temperature(pairs, prompts, contexts, config, temperature, step_timer, say, adaptive_costs)
         for temperature in config.temperatures
     }
     times_by_method = {name: step_timer.result(methods.get(name)) for name in pairs}
@@ -255,6 +266,7 @@ def _run_temperature(
     temperature: float,
     step_timer: _StepTimer,
     say: Progress,
+    adaptive_costs: dict[str, StepCosts],
 ) -> dict[Configuration, Tally]:
     """Every configuration on every prompt, ``repeats`` times, in a rotating order, with a block
     of step timings after each round: slow drifts of a shared machine hit all of them alike."""
@@ -274,9 +286,8 @@ def _run_temperature(
             shift = (index + repeat) % len(configurations)
             for name in configurations[shift:] + configurations[:shift]:
                 runner = pairs[name[2]] if isinstance(name, tuple) else pair
-                tallies[name].add(
-                    *_run_one(runner, prompt, name, temperature, config.max_new_tokens, seed, config.step_costs)
-                )
+                costs = adaptive_costs.get(name[2]) if isinstance(name, tuple) else None
+                tallies[name].add(*_run_one(runner, prompt, name, temperature, config.max_new_tokens, seed, costs))
             step_timer.measure(pair, prompt, contexts[index])
         say(
             f"T={temperature:g} prompt {index + 1}/{len(prompts)} done; running tokens/s: "

@@ -195,10 +195,12 @@ class AdaptiveDraftLength:
     K 0 (plain decoding, speedup 1 by definition) is a choice too: where no K is expected to beat
     plain decoding (a draft that never agrees, a high temperature) the request stops paying for
     drafts. Without drafts alpha is not observed, so the request then *probes*: one step of K 1 (the
-    cheapest observation) after every :data:`PROBE_EVERY` plain steps, and again at once after a probe
+    cheapest observation) after :data:`PROBE_EVERY` plain steps, and again at once after a probe
     that was accepted, so that a request whose text turned predictable is back to speculating within a
-    few steps while one that stays unpredictable pays a probe's extra cost (t_d + what one more
-    verified position adds, relative to a target step) on one step in PROBE_EVERY + 1.
+    few steps. Each rejected probe doubles the wait before the next, up to :data:`PROBE_EVERY_MAX`,
+    so one that stays unpredictable pays a probe's extra cost (t_d, what one more verified position
+    adds, and the draft catching up on the tokens it skipped, relative to a target step) on one step
+    in PROBE_EVERY_MAX + 1 once it has failed a few.
     """
 
     SMOOTHING = 0.9  # weight of the past in the moving average (~10 steps of memory)
@@ -212,11 +214,15 @@ class AdaptiveDraftLength:
     # 20, chose K as the i.i.d. form does (2.61 tokens per target call); 0.95 and 40, 2.88.
     PROFILE_SMOOTHING = 0.95
     PROFILE_PRIOR_DECISIONS = 40.0
-    # Plain steps between probes. A probe costs the draft step and one verified position, at most
-    # ~0.4 of a target step on this machine's twin (docs/measurements.md), so 16 keeps a collapsed
-    # request within 0.4 / 17 ~ 2.4% of plain decoding, under the 5% asked of it, and notices a
-    # recovery within 16 tokens.
+    # Plain steps before a probe: PROBE_EVERY after drafting stopped, doubling after each rejected
+    # probe up to PROBE_EVERY_MAX. A probe costs the draft step, one verified position and the
+    # draft's catch-up over the skipped tokens: ~0.4 of a target step on the wide pair's twin
+    # (t_d 0.15 t_1, verify slope 0.12 t_1; docs/measurements.md). A fixed 16 measured x0.89-0.95
+    # of plain decoding with a draft that never agrees (96-token requests, 2-core VM); the backoff
+    # keeps a collapsed request at 0.4 / 65 < 1% once it has failed three probes, and a request
+    # whose text turns predictable is noticed within 64 tokens (16 at first).
     PROBE_EVERY = 16
+    PROBE_EVERY_MAX = 64
     PROBE_K = 1
 
     def __init__(self, max_draft_tokens: int, costs: StepCosts = DEFAULT_STEP_COSTS):
@@ -230,6 +236,8 @@ class AdaptiveDraftLength:
             self._accepted = costs.prior_alpha * self._decided
         self._plain_steps = 0  # plain steps chosen since the last step with drafts
         self._probe_accepted = False  # the last step with drafts was a probe that was accepted
+        self._probe_wait = self.PROBE_EVERY  # plain steps before the next probe
+        self._probing = False  # the step chosen last is a probe
 
     @property
     def alpha(self) -> float:
@@ -238,17 +246,23 @@ class AdaptiveDraftLength:
     def next_num_draft_tokens(self) -> int:
         alpha = self.alpha
         best = max(range(1, self.max_draft_tokens + 1), key=lambda k: self.costs.speedup(alpha, k))
+        self._probing = False
         if self.costs.speedup(alpha, best) > 1.0:
             self._plain_steps = 0
+            self._probe_wait = self.PROBE_EVERY
             return best
-        if self._probe_accepted or self._plain_steps >= self.PROBE_EVERY:
+        if self._probe_accepted or self._plain_steps >= self._probe_wait:
             self._plain_steps = 0
+            self._probing = True
             return self.PROBE_K
         self._plain_steps += 1
         return PLAIN_DECODING
 
     def update(self, num_drafted: int, num_accepted: int) -> None:
         self._probe_accepted = num_drafted == self.PROBE_K and num_accepted == num_drafted
+        if self._probing and num_drafted:
+            accepted = num_accepted == num_drafted
+            self._probe_wait = self.PROBE_EVERY if accepted else min(2 * self._probe_wait, self.PROBE_EVERY_MAX)
         decay = self.smoothing
         self._accepted = decay * self._accepted + num_accepted
         self._decided = decay * self._decided + num_accepted + (num_accepted < num_drafted)
