@@ -319,3 +319,50 @@ def test_a_flavor_writes_only_inside_its_models_and_root_files(tmp_path, monkeyp
     with pytest.raises(llm_args.RepositoryError, match="outside its models and root files"):
         write_repository(load_spec(SPECS["demo"]), tmp_path / "repo", LLMAPI_FLAVOR)
     assert not (tmp_path / "x").exists()
+
+
+# --- prompt lookup as NGram ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line", llm_args.TRTLLM_VERSIONS)
+def test_a_prompt_lookup_spec_writes_ngram_options(line, tmp_path):
+    spec = as_llmapi(load_spec(EXAMPLES / "pystdlib-demo-lookup.yaml"))
+    result = write_repository(spec, tmp_path / "repo", LLMAPI_FLAVOR, trtllm_version=line)
+    options = yaml.safe_load((result.path / llmapi.OPTIONS_FILE).read_text())
+    assert options["speculative_config"] == {
+        "decoding_type": "NGram",
+        "max_draft_len": spec.num_draft_tokens,
+        "max_matching_ngram_size": spec.speculative.prompt_lookup.max_ngram,
+        "is_keep_all": True,
+        "is_use_oldest": False,  # the newest match, as trt-spec's matcher
+        "is_public_pool": False,  # each request's own tokens only
+    }
+    assert options["disable_overlap_scheduler"] is True
+    parsed = validate_yaml(result.path / llmapi.OPTIONS_FILE, line)
+    assert isinstance(parsed.speculative_config, llm_args.NGramConfig)
+    # NGram keys are NGram's: on a draft-target config they are refused by name, and the reverse.
+    draft_target = copy.deepcopy(options)
+    draft_target["speculative_config"]["decoding_type"] = "Draft_Target"
+    with pytest.raises(LlmArgsError, match=r"^speculative_config\.max_matching_ngram_size: unknown key"):
+        validate_options(draft_target, line)
+    with_draft = copy.deepcopy(options)
+    with_draft["speculative_config"]["speculative_model"] = "/models/draft"
+    with pytest.raises(LlmArgsError, match=r"^speculative_config\.speculative_model: unknown key"):
+        validate_options(with_draft, line)
+    zero = copy.deepcopy(options)
+    zero["speculative_config"]["max_draft_len"] = 0
+    with pytest.raises(LlmArgsError, match=r"^speculative_config\.max_draft_len: .*greater than 0"):
+        validate_options(zero, line)
+
+
+def test_ngram_refuses_rejection_sampling_and_says_what_it_does_not_write():
+    options = llmapi.llm_options(make_plan(as_llmapi(load_spec(EXAMPLES / "pystdlib-demo-lookup.yaml"))), "1.3")
+    options["speculative_config"]["use_rejection_sampling"] = True
+    with pytest.raises(LlmArgsError, match="use_rejection_sampling must be false for NGram"):
+        validate_options(options, "1.3")
+    spec = as_llmapi(load_spec(EXAMPLES / "pystdlib-demo-lookup.yaml"))
+    lookup = spec.speculative.prompt_lookup.model_copy(update={"min_ngram": 2})
+    spec = spec.model_copy(update={"speculative": spec.speculative.model_copy(update={"prompt_lookup": lookup})})
+    route = llmapi.FLAVOR.route(spec)
+    assert any("min_ngram 2 is not written" in warning for warning in route.warnings)
+    assert any("exact token match" in note for note in route.notes)

@@ -52,6 +52,7 @@ NEW_TOKENS = 24
 SAMPLING = SamplingParams(temperature=0.7, top_k=20, top_p=0.9)
 PENALTIES = Penalties(repetition_penalty=1.3, presence_penalty=0.5, min_tokens=1)
 PROMPT = "import "
+LOOKUP_PROMPT = "import os\nimport"  # the lookup proposes " os" after "import"
 NUM_REQUESTS = 600
 CLIENTS = 3
 
@@ -145,6 +146,21 @@ def rejection_repo(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def lookup_repo(tmp_path_factory) -> Path:
+    """A prompt-lookup spec of the small target (no draft section): NGram options."""
+    spec = yaml.safe_load((EXAMPLES / "pystdlib-demo-lookup.yaml").read_text())
+    spec["name"], spec["target"]["model"] = "pystdlib-lookup", str(DEMO_PAIR / "target")
+    return write_llmapi_repo(spec, tmp_path_factory.mktemp("llmapi-lookup"))
+
+
+@pytest.fixture(scope="module")
+def lookup(lookup_repo):
+    served = Served(lookup_repo)
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="module")
 def exact_match(exact_match_repo):
     served = Served(exact_match_repo)
     yield served
@@ -216,6 +232,31 @@ def test_greedy_chat_equals_the_target_on_the_templated_prompt(exact_match, wide
 
 
 # --- the verification each route selects -----------------------------------------------------------
+
+
+def test_ngram_serves_greedy_text_equal_to_the_target_alone(lookup):
+    """NGram read back as prompt lookup (no draft model): 10 prompts one by one and 8 at once."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(DEMO_PAIR / "target"), dtype=torch.float32).eval()
+    target = model, AutoTokenizer.from_pretrained(str(DEMO_PAIR / "target"))
+    parameters = lookup.loop_parameters()
+    assert parameters["method"] == "prompt_lookup" and parameters["lookup_max_ngram"] == "3"
+    prompts = ["def read_text(path):\n    with open(path) as f:\n        return f.read()\n\n\ndef read_bytes(path):\n"]
+    prompts += prompt_texts(9, 200)
+
+    def complete(prompt: str):
+        return lookup.client.completions.create(model=MODEL, prompt=prompt, max_tokens=NEW_TOKENS, temperature=0)
+
+    drafted = 0
+    for prompt in prompts:
+        response = complete(prompt)
+        assert response.choices[0].text == greedy_text(target, prompt)
+        drafted += response.model_extra["speculative"]["total_draft_tokens"]
+    assert drafted > 0
+    with ThreadPoolExecutor(8) as pool:
+        texts = [r.choices[0].text for r in pool.map(complete, prompts[:8])]
+    assert texts == [greedy_text(target, prompt) for prompt in prompts[:8]]
 
 
 def test_1_3_without_rejection_sampling_verifies_sampled_drafts_by_token_match(exact_match):
@@ -309,19 +350,21 @@ def chi_square_z(counts: Counter[str], expected: dict[str, float], n: int) -> fl
     return (chi_square - df) / (2 * df) ** 0.5
 
 
-@pytest.mark.parametrize("route", ["rejection", "exact_match"])
+@pytest.mark.parametrize("route", ["rejection", "exact_match", "lookup"])
 def test_sampled_completions_follow_the_target_distribution(route, request, wide_pair):
     # rejection sampling on the small pair (use_rejection_sampling: true), exact token match on the
-    # demo pair (1.3+ without it): both must give the target's distribution.
+    # demo pair (1.3+ without it), and NGram's point masses by exact token match on the small
+    # target: each must give the target's distribution.
     served: Served = request.getfixturevalue(route)
-    pair = DEMO_PAIR if route == "rejection" else wide_pair
+    pair = wide_pair if route == "exact_match" else DEMO_PAIR
+    prompt = LOOKUP_PROMPT if route == "lookup" else PROMPT
 
     def run(indices: range) -> list[tuple[str, int, int]]:
         results = []
         for index in indices:
             response = served.client.completions.create(
                 model=MODEL,
-                prompt=PROMPT,
+                prompt=prompt,
                 max_tokens=2,
                 temperature=SAMPLING.temperature,
                 top_p=SAMPLING.top_p,
@@ -346,7 +389,7 @@ def test_sampled_completions_follow_the_target_distribution(route, request, wide
     drafted, accepted = sum(r[1] for r in results), sum(r[2] for r in results)
     assert drafted >= NUM_REQUESTS and 0 < accepted < drafted  # every request verified a draft
 
-    expected = two_token_distribution(pair / "target", PROMPT, SAMPLING, PENALTIES, DEMO_EOS)
+    expected = two_token_distribution(pair / "target", prompt, SAMPLING, PENALTIES, DEMO_EOS)
     counts = Counter(text for text, _, _ in results)
     unexpected = sum(count for text, count in counts.items() if text not in expected)
     assert unexpected <= 0.01 * NUM_REQUESTS, {t: c for t, c in counts.items() if t not in expected}
@@ -358,7 +401,7 @@ def test_sampled_completions_follow_the_target_distribution(route, request, wide
     # The negative control: the same samples are far from the draft's own distribution, so the
     # bound can fail (a server that emitted the draft's tokens would).
     z_draft = chi_square_z(
-        counts, two_token_distribution(pair / "draft", PROMPT, SAMPLING, PENALTIES, DEMO_EOS), NUM_REQUESTS
+        counts, two_token_distribution(pair / "draft", prompt, SAMPLING, PENALTIES, DEMO_EOS), NUM_REQUESTS
     )
     print(f"{route}: chi-square z {z:.2f} against the target, {z_draft:.1f} against the draft")
     assert z <= 6 < z_draft, (z, z_draft)

@@ -23,6 +23,8 @@ speculative_config.acceptance_rate_...     no                                 ye
 speculative_config.use_rejection_sampling  no                                 yes (prototype)
 speculative_config.advanced_sampling_mode  no                                 yes
 speculative_config.enable_penalty          no                                 yes (prototype)
+speculative_config.max_matching_ngram_...  yes (NGram, with is_keep_all,     yes (the same)
+                                           is_use_oldest, is_public_pool)
 ========================================  ================================  ================================
 
 Sources (NVIDIA/TensorRT-LLM, ``tensorrt_llm/llmapi/llm_args.py``):
@@ -36,6 +38,11 @@ Sources (NVIDIA/TensorRT-LLM, ``tensorrt_llm/llmapi/llm_args.py``):
   ``allow_advanced_sampling`` and no ``use_rejection_sampling``; ``CudaGraphConfig`` (``batch_sizes``,
   ``max_batch_size``, ``enable_padding``); ``KvCacheConfig``. The search index that served it does not
   resolve its commit hash: NOT pinned to a commit; re-read at the v1.2.x tag before relying on it.
+- ``NGramDecodingConfig`` (``decoding_type`` NGram, ``max_matching_ngram_size`` PositiveInt 2,
+  ``is_keep_all``, ``is_use_oldest``, ``is_public_pool`` all True; "max_draft_len must be > 0 for
+  NGram"): the same fields and defaults on both lines (1.3+ at 0004396720054fd8e205cbf616f21f0b57c6b412,
+  1.2.x in the unpinned copy above); the pool they configure is
+  ``tensorrt_llm/_torch/speculative/ngram.py`` @0249976575050d2c624a5f285683c66de311a3b7.
 - ``KvCacheConfig`` (``enable_block_reuse``, ``max_tokens``, ``free_gpu_memory_fraction``) and the
   top-level ``tensor_parallel_size``, ``pipeline_parallel_size``, ``max_batch_size``,
   ``max_num_tokens``, ``max_seq_len``, ``dtype``, ``trust_remote_code``: ``BaseLlmArgs`` at
@@ -53,7 +60,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -149,6 +156,46 @@ class DraftTargetConfig13(_DraftTargetConfig):
     enable_penalty: bool | None = None
 
 
+class NGramConfig(_Strict):
+    """``NGramDecodingConfig`` (both lines): the ``DecodingBaseConfig`` fields it shares with
+    draft-target, and its own pool options with upstream's defaults."""
+
+    decoding_type: Literal["NGram"]
+    max_draft_len: PositiveInt  # upstream: max_draft_len must be > 0 for NGram
+    max_total_draft_tokens: PositiveInt | None = None
+    max_concurrency: PositiveInt | None = None
+    draft_len_schedule: dict[int, int] | None = None
+    allow_advanced_sampling: bool | None = None
+    max_matching_ngram_size: PositiveInt = 2  # the longest suffix matched; sizes down to 1 are tried
+    is_keep_all: bool = True  # every match of a pattern kept, not only the longest
+    is_use_oldest: bool = True  # the oldest match proposed (False: the newest)
+    is_public_pool: bool = True  # one pool for all requests (False: one per request)
+
+
+class NGramConfig12(NGramConfig):
+    acceptance_window: NonNegativeInt | None = None
+    acceptance_length_threshold: NonNegativeFloat | None = None
+
+
+class NGramConfig13(NGramConfig):
+    acceptance_rate_window_size: NonNegativeInt | None = None
+    acceptance_rate_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    use_rejection_sampling: bool | None = None  # DecodingBaseConfig's; TorchLlmArgs refuses True for NGram
+
+    @model_validator(mode="after")
+    def _no_rejection_sampling(self) -> NGramConfig13:
+        # upstream: "spec mode NGRAM is not a supported rejection-sampling path"
+        if self.use_rejection_sampling:
+            raise ValueError("use_rejection_sampling must be false for NGram: its drafts carry no logits")
+        return self
+
+
+# A speculative_config is one of the decoding types we write, told apart by decoding_type.
+DECODING_TYPES = ("Draft_Target", "NGram")
+SpeculativeConfig12 = Annotated[DraftTargetConfig12 | NGramConfig12, Field(discriminator="decoding_type")]
+SpeculativeConfig13 = Annotated[DraftTargetConfig13 | NGramConfig13, Field(discriminator="decoding_type")]
+
+
 class _LlmOptions(_Strict):
     """The top-level LLM-API arguments we write (the ``trtllm-serve`` options file)."""
 
@@ -166,7 +213,7 @@ class _LlmOptions(_Strict):
     # iteration statistics only with it (tensorrt_llm/serve/openai_server.py get_iteration_stats).
     # Not written by the flavor; read by `serve`'s twin of the route.
     enable_iter_perf_stats: bool = False
-    speculative_config: _DraftTargetConfig
+    speculative_config: _DraftTargetConfig | NGramConfig
 
     @model_validator(mode="after")
     def _fits_a_verify_step(self) -> _LlmOptions:
@@ -182,11 +229,11 @@ class _LlmOptions(_Strict):
 
 
 class LlmOptions12(_LlmOptions):
-    speculative_config: DraftTargetConfig12
+    speculative_config: SpeculativeConfig12
 
 
 class LlmOptions13(_LlmOptions):
-    speculative_config: DraftTargetConfig13
+    speculative_config: SpeculativeConfig13
 
 
 class TritonConfig(_Strict):
@@ -238,15 +285,16 @@ def _model_for(version: str, kind: Kind) -> type[_LlmOptions]:
     return (OPTIONS if kind == "options" else MODEL_YAML)[version_line(version)]
 
 
-def keys_of(model: type[BaseModel]) -> dict[str, type[BaseModel] | None]:
-    """Every key a model takes (field names and their validation aliases), with the nested model
-    each one holds (None for a plain value)."""
-    keys: dict[str, type[BaseModel] | None] = {}
+def keys_of(model: type[BaseModel]) -> dict[str, tuple[type[BaseModel], ...]]:
+    """Every key a model takes (field names and their validation aliases), with the nested models
+    each one may hold (several for a union such as ``speculative_config``; none for a plain value)."""
+    keys: dict[str, tuple[type[BaseModel], ...]] = {}
     for name, field in model.model_fields.items():
-        nested = None
-        for candidate in (field.annotation, *getattr(field.annotation, "__args__", ())):
-            if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-                nested = candidate
+        nested = tuple(
+            candidate
+            for candidate in _flattened(field.annotation)
+            if isinstance(candidate, type) and issubclass(candidate, BaseModel)
+        )
         names = [name]
         if isinstance(field.validation_alias, AliasChoices):
             names += [str(choice) for choice in field.validation_alias.choices]
@@ -255,15 +303,35 @@ def keys_of(model: type[BaseModel]) -> dict[str, type[BaseModel] | None]:
     return keys
 
 
+def _flattened(annotation: Any) -> list[Any]:
+    """The types an annotation names, through unions and ``Annotated``."""
+    if get_origin(annotation) is Annotated:
+        return _flattened(get_args(annotation)[0])
+    args = get_args(annotation)
+    return [annotation] if not args else [leaf for arg in args for leaf in _flattened(arg)]
+
+
+def _chosen(candidates: tuple[type[BaseModel], ...], value: Mapping[str, Any]) -> type[BaseModel] | None:
+    """Of a union's models, the one ``value`` is: told by its ``decoding_type`` where the models
+    have one (``speculative_config``), else the only one; None when none matches."""
+    if len(candidates) == 1:
+        return candidates[0]
+    for candidate in candidates:
+        field = candidate.model_fields.get("decoding_type")
+        if field is not None and value.get("decoding_type") in get_args(field.annotation):
+            return candidate
+    return None
+
+
 def _other_lines(version: str, kind: Kind, path: tuple[str, ...], key: str) -> list[str]:
     found = []
     for other in TRTLLM_VERSIONS:
         if other == version:
             continue
-        model: type[BaseModel] | None = _model_for(other, kind)
+        models: tuple[type[BaseModel], ...] = (_model_for(other, kind),)
         for part in path:
-            model = keys_of(model).get(part) if model else None
-        if model is not None and key in keys_of(model):
+            models = tuple(nested for model in models for nested in keys_of(model).get(part, ()))
+        if any(key in keys_of(model) for model in models):
             found.append(VERSION_LABELS[other])
     return found
 
@@ -282,9 +350,10 @@ def _refuse_unknown_keys(data: Mapping[str, Any], model: type[BaseModel], versio
             raise LlmArgsError(
                 f"{key_path}: unknown key for TensorRT-LLM {VERSION_LABELS[version]}; {hint}", key_path=key_path
             )
-        nested = known[key]
-        if nested is not None and isinstance(value, Mapping):
-            _refuse_unknown_keys(value, nested, version, kind, (*path, str(key)))
+        if known[key] and isinstance(value, Mapping):
+            nested = _chosen(known[key], value)
+            if nested is not None:  # else the union's own validation names the decoding_type
+                _refuse_unknown_keys(value, nested, version, kind, (*path, str(key)))
 
 
 def validate_options(data: Mapping[str, Any], version: str, kind: Kind = "options") -> _LlmOptions:
@@ -308,7 +377,11 @@ def validate_options(data: Mapping[str, Any], version: str, kind: Kind = "option
         return model.model_validate(dict(data))
     except ValidationError as exc:
         error = exc.errors()[0]
-        key_path = ".".join(str(part) for part in error["loc"] if not str(part).startswith("function-after"))
+        # The loc names a union's member by its tag (speculative_config.NGram.max_draft_len): not a key.
+        parts = [str(part) for part in error["loc"]]
+        key_path = ".".join(
+            part for part in parts if not part.startswith("function-after") and part not in DECODING_TYPES
+        )
         where = f"{key_path}: " if key_path else ""
         raise LlmArgsError(
             f"{where}{error['msg'].removeprefix('Value error, ')} (TensorRT-LLM {VERSION_LABELS[line]})",

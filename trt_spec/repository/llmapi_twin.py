@@ -10,6 +10,9 @@ What is read, and from where:
 - ``trtllm-serve.yaml`` validated against that line's key table
   (:func:`~trt_spec.repository.llm_args.validate_yaml`): a misspelled or other-version key is refused
   by its path, as the LLM API refuses it (``StrictBaseModel``) when the real server starts;
+- NGram (``decoding_type: NGram``): prompt lookup with suffixes of ``max_matching_ngram_size``
+  down to 1 token and no draft model, sampled drafts verified by exact token match (a point mass:
+  exact);
 - the target: ``trtllm-serve.sh``'s model argument (what trtllm-serve loads), else ``model`` of
   ``tensorrt_llm/1/model.yaml`` (Triton's llmapi model; validated as such); the draft:
   ``speculative_config.speculative_model`` (or ``speculative_model_dir``); K: ``max_draft_len``;
@@ -84,7 +87,10 @@ def read_route(repo: Path) -> TwinRoute:
             f"{options_path}: speculative_config.max_draft_len {k}: the PyTorch twin drafts at most "
             f"{MAX_DRAFT_TOKENS} tokens per step"
         )
-    rejection = version == "1.2" or bool(getattr(speculative, "use_rejection_sampling", False))
+    ngram = isinstance(speculative, llm_args.NGramConfig)
+    # NGram drafts carry no logits: TorchSampler verifies them by token match on every line, which
+    # for a point-mass draft is exact (docs/llmapi.md).
+    rejection = not ngram and (version == "1.2" or bool(getattr(speculative, "use_rejection_sampling", False)))
     label = llm_args.VERSION_LABELS[version]
     if options.dtype not in _SPEC_DTYPES:
         notes.append(f"dtype {options.dtype}: the twin runs the checkpoints in float32 on CPU whatever the dtype")
@@ -93,12 +99,6 @@ def read_route(repo: Path) -> TwinRoute:
     data: dict[str, Any] = {
         "name": name or LLMAPI_FLAVOR,
         "target": {"model": target, "tp_size": options.tensor_parallel_size, "trust_remote_code": remote},
-        # The draft runs at the target's tp on this route (docs/llmapi.md).
-        "draft": {
-            "model": speculative.speculative_model,
-            "tp_size": options.tensor_parallel_size,
-            "trust_remote_code": remote,
-        },
         "speculative": SpeculativeSpec(
             num_draft_tokens=k, acceptance="probabilistic" if rejection else "greedy"
         ).model_dump(),
@@ -112,11 +112,32 @@ def read_route(repo: Path) -> TwinRoute:
         },
         "triton": {"flavor": "torch"},
     }
+    if ngram:
+        assert isinstance(speculative, llm_args.NGramConfig)
+        # Prompt lookup with upstream's sizes: suffixes of max_matching_ngram_size down to 1 token.
+        data["speculative"].update(
+            method="prompt_lookup", prompt_lookup={"max_ngram": speculative.max_matching_ngram_size, "min_ngram": 1}
+        )
+        if speculative.is_public_pool or speculative.is_use_oldest:
+            notes.append(
+                "NGram with is_public_pool or is_use_oldest true: the twin matches each request against its own tokens "
+                "and proposes the newest match (what trt-spec writes); upstream's pool would propose other drafts, "
+                "the outputs are the same"
+            )
+    else:
+        # The draft runs at the target's tp on this route (docs/llmapi.md).
+        data["draft"] = {
+            "model": speculative.speculative_model,
+            "tp_size": options.tensor_parallel_size,
+            "trust_remote_code": remote,
+        }
     try:
         spec: Spec = parse_spec(data)  # relative checkpoint paths: against the current directory, as trtllm-serve
     except SpecError as exc:
         raise RepositoryError(f"{options_path}: the PyTorch twin cannot serve this route: {exc}") from None
-    if rejection:
+    if ngram:
+        how = "exact token match (NGram drafts carry no logits; exact for a point-mass draft)"
+    elif rejection:
         how = "rejection sampling with the draft's logits" + (
             " (use_rejection_sampling: true)" if version == "1.3" else " (1.2.x two-model draft-target)"
         )

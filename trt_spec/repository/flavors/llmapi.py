@@ -100,7 +100,7 @@ output { name: "total_draft_tokens" data_type: TYPE_INT32 dims: 1 }
 """
 
 # The speculative_config decoding types this flavor writes (llm_args.py models their keys).
-WRITTEN_DECODING_TYPES = ("Draft_Target",)
+WRITTEN_DECODING_TYPES = ("Draft_Target", "NGram")
 
 
 class LlmApiFlavor(Flavor):
@@ -120,6 +120,8 @@ class LlmApiFlavor(Flavor):
         say it before the user picks it. Sources: docs/llmapi.md (upstream's llm_args.py and
         sampler, cited there)."""
         k, tp = spec.num_draft_tokens, spec.target.tp_size
+        if spec.method.uses_lookup:
+            return self._ngram_route(spec)
         warnings = []
         if spec.draft is not None and spec.draft.tp_size != tp:
             warnings.append(
@@ -139,6 +141,26 @@ class LlmApiFlavor(Flavor):
             f"llmapi route: tensor parallel {tp} for target and draft, no pipeline parallelism with speculation "
             "(pipeline_parallel_size 1), overlap scheduler off (disable_overlap_scheduler: true, as upstream's "
             "draft-target examples run)",
+        )
+        return Route("llmapi route", tuple(warnings), notes, builds_engines=False)
+
+    def _ngram_route(self, spec: Spec) -> Route:
+        """Prompt lookup as TensorRT-LLM's PyTorch backend runs it (NGram; docs/llmapi.md)."""
+        lookup = spec.speculative.prompt_lookup
+        warnings = []
+        if lookup.min_ngram != 1:
+            warnings.append(
+                f"llmapi route: speculative.prompt_lookup.min_ngram {lookup.min_ngram} is not written: TensorRT-LLM's "
+                "NGram matches suffixes down to 1 token (no minimum); drafts differ, outputs do not"
+            )
+        notes = (
+            f"llmapi route: NGram with max_draft_len {spec.num_draft_tokens} and max_matching_ngram_size "
+            f"{lookup.max_ngram}, per-request pools, the newest match (is_public_pool and is_use_oldest false, "
+            "upstream's defaults being true); K is fixed at max_draft_len for every request",
+            "llmapi route, acceptance: NGram drafts carry no logits, so TensorRT-LLM's TorchSampler verifies them by "
+            "exact token match (_process_draft_tokens_greedy), which for a point-mass draft is exact also for "
+            "sampled requests; use_rejection_sampling is refused for NGram upstream and not written",
+            "llmapi route: overlap scheduler off (disable_overlap_scheduler: true; upstream turns it off for NGram)",
         )
         return Route("llmapi route", tuple(warnings), notes, builds_engines=False)
 
@@ -239,12 +261,12 @@ def llm_options(plan: Plan, version: str) -> dict:
     spec = plan.spec
     engine = spec.engine
     k = spec.num_draft_tokens
-    speculative: dict = {
-        "decoding_type": spec.method.llmapi_decoding_type,
-        "max_draft_len": k,
-        llm_args.DRAFT_MODEL_KEY[version]: checkpoint(plan, "draft"),
-    }
-    if version == "1.3":
+    speculative: dict = {"decoding_type": spec.method.llmapi_decoding_type, "max_draft_len": k}
+    if spec.method.uses_lookup:
+        speculative.update(ngram_options(spec))
+    else:
+        speculative[llm_args.DRAFT_MODEL_KEY[version]] = checkpoint(plan, "draft")
+    if version == "1.3" and spec.method.uses_draft_model:
         # 1.3+ runs draft-target as one model, whose non-greedy batches verify by exact match unless
         # asked (llm_args.py @0004396: use_rejection_sampling, prototype, needs FlashInfer).
         speculative["use_rejection_sampling"] = spec.speculative.acceptance == "probabilistic"
@@ -272,6 +294,21 @@ def llm_options(plan: Plan, version: str) -> dict:
         ),
         "disable_overlap_scheduler": True,
         "speculative_config": speculative,
+    }
+
+
+def ngram_options(spec: Spec) -> dict:
+    """``NGramDecodingConfig``'s pool options for trt-spec's matcher (runtime/methods/prompt_lookup.py):
+    suffixes of ``max_ngram`` tokens down to 1, the most recent match, each request matched against
+    its own tokens only. Upstream's pool (tensorrt_llm/_torch/speculative/ngram.py @0249976575050d2c624a5f285683c66de311a3b7,
+    ``NGramPoolManager.get_draft_tokens``) tries sizes min(max_matching_ngram_size, len - 1) down to 1
+    and takes ``pool[pattern][0 if is_use_oldest else -1]``; its defaults (oldest match, one pool
+    shared by every request) would propose text from other requests."""
+    return {
+        "max_matching_ngram_size": spec.speculative.prompt_lookup.max_ngram,
+        "is_keep_all": True,
+        "is_use_oldest": False,
+        "is_public_pool": False,
     }
 
 
@@ -346,7 +383,7 @@ def _require_written_method(spec: Spec) -> None:
     """
     method = spec.method
     if method.llmapi_decoding_type not in WRITTEN_DECODING_TYPES:
-        # NGram (prompt_lookup) is not written yet; hybrid has no counterpart upstream.
+        # hybrid has no counterpart upstream.
         raise RepositoryError(
             f"speculative.method {method.name}: the llmapi flavor writes {' and '.join(WRITTEN_DECODING_TYPES)} "
             "options only; serve this spec with triton.flavor tensorrtllm (GPU engines) or torch "
