@@ -151,3 +151,17 @@ def test_sampled_output_follows_the_target_distribution(server):
     assert sum(drafted for _, drafted in results) >= NUM_SAMPLED  # every request verified a lookup draft
     expected = two_token_distribution(DEMO_PAIR / "target", SAMPLED_PROMPT, SAMPLING, PENALTIES, 0)
     assert chi_square_z(Counter(text for text, _ in results), expected, NUM_SAMPLED) <= 6
+
+
+def test_bench_over_the_server_labels_its_rows_with_the_servers_method(server):
+    """bench --url: the lookup's speculation against plain decoding on the same server, rows marked
+    with the method the server's loop model runs."""
+    from trt_spec.bench.server import ServerBenchConfig, run_server_bench
+
+    config = ServerBenchConfig(
+        ks=(4,), temperatures=(0.0,), concurrency=(2,), num_prompts=2, max_new_tokens=16, prompts=(COPY_PROMPT,) * 2
+    )
+    rows = run_server_bench(server.grpc_url, config, metrics_url=server.metrics_url).rows
+    assert [(row.method, row.k, row.concurrency) for row in rows] == [("prompt_lookup", 4, 1), ("prompt_lookup", 4, 2)]
+    assert all(row.speedup is not None and row.acceptance_rate > 0 for row in rows)
+    assert rows[0].to_json()["method"] == "prompt_lookup"

@@ -19,6 +19,7 @@ prompts at concurrency 1 too, interleaved with the server's requests, for the ra
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import urllib.error
@@ -32,7 +33,8 @@ from trt_spec.bench.rows import InprocessComparison, LoopBreakdown, Progress, Re
 from trt_spec.client import SpecClient, StreamEvent
 from trt_spec.errors import GenerationError
 from trt_spec.runtime import tensors as T
-from trt_spec.runtime.parameters import PreprocessingParameters
+from trt_spec.runtime.methods import DEFAULT_METHOD
+from trt_spec.runtime.parameters import LoopParameters, PreprocessingParameters
 from trt_spec.serving.metrics import samples, scrape
 
 if TYPE_CHECKING:
@@ -229,6 +231,18 @@ def server_default_k(url: str) -> int:
     return PreprocessingParameters.from_config(config["config"]).default_num_draft_tokens
 
 
+def server_method(url: str) -> str:
+    """The speculation method the server's loop model runs (its ``method`` parameter); the default
+    method where the server has no loop model of ours to ask."""
+    import tritonclient.grpc as grpcclient
+
+    try:
+        config = grpcclient.InferenceServerClient(url).get_model_config(T.LOOP, as_json=True)["config"]
+        return LoopParameters.from_config(config).method
+    except Exception:  # noqa: BLE001 - no loop model (another repository): its rows keep the default
+        return DEFAULT_METHOD
+
+
 def run_server_bench(
     url: str,
     config: ServerBenchConfig = ServerBenchConfig(),
@@ -248,6 +262,7 @@ def run_server_bench(
     say = progress or (lambda message: None)
     prompts = list(config.prompts) if config.prompts else prompt_texts(config.num_prompts, config.prompt_chars)
     ks = config.ks or (server_default_k(url),)
+    method = server_method(url)
     concurrencies = sorted({1, *config.concurrency})
     # Concurrent runs send the prompts round-robin until the largest concurrency is filled, the
     # same requests at every concurrency, so their tokens/s compare.
@@ -261,9 +276,8 @@ def run_server_bench(
             for k in ks:
                 for concurrency in concurrencies:
                     requests = prompts if concurrency == 1 else batch
-                    report.rows.append(
-                        _run_config(clients, requests, k, temperature, concurrency, config, metrics_url, pair, say)
-                    )
+                    row = _run_config(clients, requests, k, temperature, concurrency, config, metrics_url, pair, say)
+                    report.rows.append(dataclasses.replace(row, method=method))
     finally:
         clients.close()
     if read_metrics(metrics_url) is None:
