@@ -28,7 +28,16 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import CHAT_TEMPLATE, DEMO_EOS, DEMO_PAIR, EXAMPLES, decode, greedy_reference, two_token_distribution
+from conftest import (
+    CHAT_TEMPLATE,
+    DEMO_EOS,
+    DEMO_PAIR,
+    EXAMPLES,
+    chi_square_z,
+    decode,
+    greedy_reference,
+    two_token_distribution,
+)
 
 from trt_spec.bench.prompts import prompt_texts
 from trt_spec.repository import llm_args
@@ -337,17 +346,6 @@ def test_a_key_of_the_other_line_is_refused(tmp_path):
 
 
 # --- sampled: distributed as the target's ------------------------------------------------------------
-
-
-def chi_square_z(counts: Counter[str], expected: dict[str, float], n: int) -> float:
-    """Pearson's chi-square over the completions expected >= 5 times (the rest pooled), as a z-score."""
-    bins = [text for text, p in expected.items() if n * p >= 5]
-    observed = [counts[text] for text in bins] + [n - sum(counts[text] for text in bins)]
-    means = [n * expected[text] for text in bins]
-    means.append(n - sum(means))
-    chi_square = sum((o - m) ** 2 / m for o, m in zip(observed, means) if m > 0)
-    df = len(means) - 1
-    return (chi_square - df) / (2 * df) ** 0.5
 
 
 @pytest.mark.parametrize("route", ["rejection", "exact_match", "lookup"])
