@@ -117,7 +117,7 @@ class CudaGraphConfig(_Strict):
     enable_padding: bool | None = None
 
 
-class _DraftTargetConfig(_Strict):
+class DraftTargetConfig(_Strict):
     """``DecodingBaseConfig`` fields both lines share, and ``DraftTargetDecodingConfig``'s own."""
 
     decoding_type: Literal["Draft_Target"]
@@ -132,21 +132,21 @@ class _DraftTargetConfig(_Strict):
     allow_advanced_sampling: bool | None = None
 
     @model_validator(mode="after")
-    def _needs_a_draft(self) -> _DraftTargetConfig:
+    def _needs_a_draft(self) -> DraftTargetConfig:
         # upstream: "speculative_model must be specified for DraftTarget"
         if not self.speculative_model:
             raise ValueError("speculative_model (or speculative_model_dir) must name the draft checkpoint")
         return self
 
 
-class DraftTargetConfig12(_DraftTargetConfig):
+class DraftTargetConfig12(DraftTargetConfig):
     """1.2.x: the acceptance gate is ``acceptance_window`` / ``acceptance_length_threshold``."""
 
     acceptance_window: NonNegativeInt | None = None
     acceptance_length_threshold: NonNegativeFloat | None = None
 
 
-class DraftTargetConfig13(_DraftTargetConfig):
+class DraftTargetConfig13(DraftTargetConfig):
     """1.3+: the gate renamed to ``acceptance_rate_*``; rejection sampling on the one-model path."""
 
     acceptance_rate_window_size: NonNegativeInt | None = None
@@ -213,7 +213,7 @@ class _LlmOptions(_Strict):
     # iteration statistics only with it (tensorrt_llm/serve/openai_server.py get_iteration_stats).
     # Not written by the flavor; read by `serve`'s twin of the route.
     enable_iter_perf_stats: bool = False
-    speculative_config: _DraftTargetConfig | NGramConfig
+    speculative_config: DraftTargetConfig | NGramConfig
 
     @model_validator(mode="after")
     def _fits_a_verify_step(self) -> _LlmOptions:

@@ -125,6 +125,7 @@ def read_route(repo: Path) -> TwinRoute:
                 "the outputs are the same"
             )
     else:
+        assert isinstance(speculative, llm_args.DraftTargetConfig)
         # The draft runs at the target's tp on this route (docs/llmapi.md).
         data["draft"] = {
             "model": speculative.speculative_model,
