@@ -18,7 +18,7 @@ Which cache a call gets:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from trt_spec.runtime.loop import common_prefix_length
 from trt_spec.runtime.torch_engine import TorchCausalLM
@@ -52,14 +52,23 @@ class PrefixCachePool:
         """Tokens of ``sequence`` some cache already holds (what a KV-cache lookup would reuse)."""
         return max(common_prefix_length(engine.cached_tokens, sequence) for engine in self._engines)
 
-    def engine_for(self, sequence: Sequence[int]) -> TorchCausalLM:
-        """The engine (cache) to run ``sequence`` on; it becomes the most recently used."""
+    def engine_for(self, sequence: Sequence[int], busy: Collection[TorchCausalLM] = ()) -> TorchCausalLM:
+        """The engine (cache) to run ``sequence`` on; it becomes the most recently used.
+
+        ``busy``: caches held by other requests in flight (an in-flight batch): never chosen, but
+        their prefixes are copied from like any other's.
+
+        Raises:
+            RuntimeError: every one of ``capacity`` caches is busy (the caller admits at most
+                ``capacity`` requests at once).
+        """
         shared = [common_prefix_length(engine.cached_tokens, sequence) for engine in self._engines]
         # max() keeps the first of equals; search from the most recent end.
         best_index = max(range(len(self._engines) - 1, -1, -1), key=shared.__getitem__)
         best, best_shared = self._engines[best_index], shared[best_index]
-        empty = next((engine for engine in self._engines if engine.cached_length == 0), None)
-        if best_shared > 0 and best.cached_length - best_shared <= self.max_divergence:
+        free = [engine for engine in self._engines if engine not in busy]  # least recently used first
+        empty = next((engine for engine in free if engine.cached_length == 0), None)
+        if best_shared > 0 and best not in busy and best.cached_length - best_shared <= self.max_divergence:
             chosen = best
         elif empty is not None and best_shared == 0:
             chosen = empty
@@ -68,10 +77,12 @@ class PrefixCachePool:
             self._engines.append(chosen)
             if best_shared > 0:
                 chosen.copy_prefix_from(best, best_shared)
-        else:
-            chosen = self._engines[0]
-            if chosen is not best and best_shared > shared[0]:
+        elif free:
+            chosen = free[0]
+            if chosen is not best and best_shared > common_prefix_length(chosen.cached_tokens, sequence):
                 chosen.copy_prefix_from(best, best_shared)
+        else:
+            raise RuntimeError(f"all {self.capacity} KV caches are held by requests in flight")
         self._engines.remove(chosen)
         self._engines.append(chosen)
         return chosen

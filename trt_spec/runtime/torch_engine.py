@@ -3,7 +3,8 @@
 Like TensorRT-LLM with KV-cache reuse, :meth:`TorchCausalLM.logits` takes the whole sequence
 and computes only what its cache does not hold yet. The cache is position-indexed, so rolling back
 rejected drafts is a crop: nothing of the accepted prefix is recomputed. One engine holds the cache
-of one sequence (batch size 1).
+of one sequence; :meth:`TorchCausalLM.logits_batch` runs several engines' sequences in one forward
+pass (an in-flight batch: ``runtime/inflight_batcher.py``).
 
 Two runners do the forward pass over the model's own weights:
 
@@ -23,6 +24,7 @@ import copy
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -155,19 +157,43 @@ class TorchCausalLM:
         tokens past the longest prefix shared with the cache are run through the model (at least
         ``num_positions`` of them); the cache is cropped to that prefix first.
         """
-        length = len(sequence)
-        if not 1 <= num_positions <= length:
-            raise ValueError(f"num_positions must be in 1..{length} (the sequence length); got {num_positions}")
-        if self.max_length and length > self.max_length:
-            raise ValueError(f"the sequence has {length} tokens; the model takes at most {self.max_length}")
+        return TorchCausalLM.logits_batch([(self, sequence, num_positions)])[0]
 
-        reused = min(common_prefix_length(self._cached_tokens, sequence), length - num_positions)
-        if reused < len(self._cached_tokens):
-            self.runner.crop(reused)
-        new_tokens = torch.tensor([sequence[reused:]], dtype=torch.long, device=self.device)  # [1, new]
-        logits = self.runner.forward(new_tokens, reused, num_positions)  # [num_positions, V]
-        self._cached_tokens = list(sequence)
-        return logits.float()
+    def new_tokens_for(self, sequence: Sequence[int], num_positions: int = 1) -> int:
+        """How many tokens :meth:`logits` would run for ``sequence``: those past the cached prefix."""
+        return len(sequence) - min(common_prefix_length(self._cached_tokens, sequence), len(sequence) - num_positions)
+
+    @staticmethod
+    @torch.inference_mode()
+    def logits_batch(calls: Sequence[tuple[TorchCausalLM, Sequence[int], int]]) -> list[torch.Tensor]:
+        """:meth:`logits` of several ``(engine, sequence, num_positions)`` calls, each engine a
+        distinct cache over the same model, in ONE forward pass where the runner can batch (the
+        Llama runner), else one after the other; each call's logits are its own."""
+        starts, new_tokens = [], []
+        for engine, sequence, num_positions in calls:
+            length = len(sequence)
+            if not 1 <= num_positions <= length:
+                raise ValueError(f"num_positions must be in 1..{length} (the sequence length); got {num_positions}")
+            if engine.max_length and length > engine.max_length:
+                raise ValueError(f"the sequence has {length} tokens; the model takes at most {engine.max_length}")
+            reused = min(common_prefix_length(engine._cached_tokens, sequence), length - num_positions)
+            if reused < len(engine._cached_tokens):
+                engine.runner.crop(reused)
+            starts.append(reused)
+            new_tokens.append(torch.tensor(sequence[reused:], dtype=torch.long, device=engine.device))  # [new]
+        counts = [num_positions for _, _, num_positions in calls]
+        runners = [engine.runner for engine, _, _ in calls]
+        if len(calls) > 1 and all(isinstance(runner, LlamaRunner) for runner in runners):
+            llama_runners = [runner for runner in runners if isinstance(runner, LlamaRunner)]
+            results = LlamaRunner.forward_batch(llama_runners, new_tokens, starts, counts)
+        else:
+            results = [
+                runner.forward(tokens[None], start, count)
+                for runner, tokens, start, count in zip(runners, new_tokens, starts, counts)
+            ]
+        for engine, sequence, _ in calls:
+            engine._cached_tokens = list(sequence)
+        return [logits.float() for logits in results]
 
 
 class HFRunner:
@@ -235,6 +261,7 @@ class LlamaRunner:
         self.num_kv_heads: int = getattr(config, "num_key_value_heads", None) or self.num_heads
         self.head_dim: int = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
         self.eps: float = config.rms_norm_eps
+        self.scale = self.head_dim**-0.5  # SDPA's default scale
         self.hidden_act: str | None = getattr(config, "hidden_act", None)
         self.rotary: torch.nn.Module = decoder.rotary_emb
         self.embed: torch.Tensor = decoder.embed_tokens.weight  # [V, H]
@@ -273,19 +300,50 @@ class LlamaRunner:
         self._length = length
 
     def forward(self, new_tokens: torch.Tensor, start: int, num_logits: int) -> torch.Tensor:
-        num_new = new_tokens.shape[1]
-        end = start + num_new
-        self._reserve(end)
-        hidden = F.embedding(new_tokens[0], self.embed)  # [n, H]
-        cos, signed_sin = self._rotary_tables(hidden, start, end)  # [n, 1, head_dim]: broadcast over heads
-        # A new token attends to the cache and to the new tokens up to itself.
-        mask = None
-        if num_new > 1:
-            mask = torch.ones(num_new, end, dtype=torch.bool, device=hidden.device).tril(start)  # [n, end]
-        for index, layer in enumerate(self.layers):
-            hidden = layer.forward(hidden, cos, signed_sin, self._keys[index], self._values[index], start, end, mask)
-        self._length = end
-        return self.lm_head(_rms_norm(hidden[-num_logits:], self.final_norm, self.eps))  # [num_logits, V]
+        return LlamaRunner.forward_batch([self], [new_tokens[0]], [start], [num_logits])[0]
+
+    @staticmethod
+    def forward_batch(
+        runners: Sequence[LlamaRunner],
+        new_tokens: Sequence[torch.Tensor],
+        starts: Sequence[int],
+        num_logits: Sequence[int],
+    ) -> list[torch.Tensor]:
+        """Several sequences in ONE forward pass, each on its own runner (distinct caches over the
+        same weights): sequence i's ``new_tokens[i]`` ``[n_i]`` at positions starts[i].. after its
+        cache; returns its logits ``[num_logits[i], V]``. The projections, MLP and head run once
+        over all the rows (the weights are read once per step, as an in-flight batch on a GPU);
+        attention runs per sequence over its own cache."""
+        first = runners[0]
+        segments = []
+        row = 0
+        for runner, tokens, start in zip(runners, new_tokens, starts):
+            num_new = tokens.shape[0]
+            end = start + num_new
+            runner._reserve(end)
+            # A new token attends to the cache and to the new tokens up to itself.
+            mask = None
+            if num_new > 1:
+                mask = torch.ones(num_new, end, dtype=torch.bool, device=first.embed.device).tril(start)  # [n, end]
+            segments.append(_Segment(runner, row, row + num_new, start, end, mask))
+            row += num_new
+        tokens = new_tokens[0] if len(new_tokens) == 1 else torch.cat(list(new_tokens))  # [rows]
+        hidden = F.embedding(tokens, first.embed)  # [rows, H]
+        tables = [segment.runner._rotary_tables(hidden, segment.start, segment.end) for segment in segments]
+        if len(tables) == 1:
+            cos, signed_sin = tables[0]
+        else:
+            cos, signed_sin = torch.cat([c for c, _ in tables]), torch.cat([s for _, s in tables])
+        for index, layer in enumerate(first.layers):
+            hidden = layer.forward(hidden, cos, signed_sin, index, segments)
+        for segment in segments:
+            segment.runner._length = segment.end
+        last_rows = [
+            hidden[segment.rows_end - count : segment.rows_end] for segment, count in zip(segments, num_logits)
+        ]
+        kept = last_rows[0] if len(last_rows) == 1 else torch.cat(last_rows)
+        logits = first.lm_head(_rms_norm(kept, first.final_norm, first.eps))  # [sum num_logits, V]
+        return list(logits.split(list(num_logits)))
 
     def rotate(self, heads: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
         """Rotary embedding of ``heads`` ``[n, h, d]``: x cos + rotate_half(x) sin."""
@@ -342,30 +400,53 @@ class _LlamaLayer:
         hidden: torch.Tensor,
         cos: torch.Tensor,
         signed_sin: torch.Tensor,
-        keys: torch.Tensor,
-        values: torch.Tensor,
-        start: int,
-        end: int,
-        mask: torch.Tensor | None,
+        index: int,
+        segments: Sequence[_Segment],
     ) -> torch.Tensor:
-        """``hidden`` ``[n, H]`` at positions start..end-1 -> ``[n, H]``; writes the new keys and
-        values into ``keys``/``values`` ``[kv_heads, capacity, d]``."""
+        """``hidden`` ``[rows, H]`` of the ``segments`` (each a sequence's rows) -> ``[rows, H]``;
+        writes each sequence's new keys and values into its runner's cache of layer ``index``."""
         runner = self.runner
-        num_new, heads, kv_heads = hidden.shape[0], runner.num_heads, runner.num_kv_heads
+        num_rows, heads, kv_heads = hidden.shape[0], runner.num_heads, runner.num_kv_heads
 
-        normed = _rms_norm(hidden, self.input_norm, runner.eps)  # [n, H]
-        qkv = self.qkv(normed).view(num_new, heads + 2 * kv_heads, runner.head_dim)
-        rotated = runner.rotate(qkv[:, : heads + kv_heads], cos, signed_sin)  # [n, heads + kv_heads, d]
-        keys[:, start:end] = rotated[:, heads:].transpose(0, 1)
-        values[:, start:end] = qkv[:, heads + kv_heads :].transpose(0, 1)
-        query = rotated[:, :heads].transpose(0, 1)[None]  # [1, heads, n, d]
-        attended = _attention(query, keys[None, :, :end], values[None, :, :end], mask)  # [1, heads, n, d]
-        attended = attended[0].transpose(0, 1).reshape(num_new, heads * runner.head_dim)  # [n, heads * d]
+        normed = _rms_norm(hidden, self.input_norm, runner.eps)  # [rows, H]
+        qkv = self.qkv(normed).view(num_rows, heads + 2 * kv_heads, runner.head_dim)
+        rotated = runner.rotate(qkv[:, : heads + kv_heads], cos, signed_sin)  # [rows, heads + kv_heads, d]
+        attended_parts = []
+        for segment in segments:
+            rows = slice(segment.rows_start, segment.rows_end)
+            keys, values = segment.runner._keys[index], segment.runner._values[index]  # [kv_heads, capacity, d]
+            keys[:, segment.start : segment.end] = rotated[rows, heads:].transpose(0, 1)
+            values[:, segment.start : segment.end] = qkv[rows, heads + kv_heads :].transpose(0, 1)
+            end = segment.end
+            if segment.mask is None:  # one row: three small ops cost less than SDPA's setup (~0.1 ms)
+                query = rotated[segment.rows_start, :heads].view(kv_heads, heads // kv_heads, runner.head_dim)
+                weights = torch.bmm(query, keys[:, :end].transpose(1, 2)).mul_(runner.scale).softmax(dim=-1)
+                attended_parts.append(torch.bmm(weights, values[:, :end]).view(heads, 1, runner.head_dim))
+                continue
+            query = rotated[rows, :heads].transpose(0, 1)[None]  # [1, heads, n, d]
+            attended_parts.append(_attention(query, keys[None, :, :end], values[None, :, :end], segment.mask)[0])
+        attended = (
+            attended_parts[0] if len(attended_parts) == 1 else torch.cat(attended_parts, dim=1)
+        )  # [heads, rows, d]
+        attended = attended.transpose(0, 1).reshape(num_rows, heads * runner.head_dim)  # [rows, heads * d]
         hidden = self.o_proj(attended, residual=hidden)
 
         normed = _rms_norm(hidden, self.post_attention_norm, runner.eps)
         gate, up = self.gate_up(normed).split(self.intermediate_size, dim=-1)
-        return self.down(self.act(gate) * up, residual=hidden)  # [n, H]
+        return self.down(self.act(gate) * up, residual=hidden)  # [rows, H]
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """One sequence's part of a batched forward: its runner (cache), its rows of the batch, the
+    positions start..end-1 they take, and their causal mask (None for one row)."""
+
+    runner: LlamaRunner
+    rows_start: int
+    rows_end: int
+    start: int
+    end: int
+    mask: torch.Tensor | None
 
 
 class _Linear:
