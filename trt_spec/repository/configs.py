@@ -67,6 +67,7 @@ class EngineSettings:
     tp_size: int
     kv_tokens: int  # max_tokens_in_paged_kv_cache
     kv_fraction: float  # kv_cache_free_gpu_mem_fraction that admits kv_tokens in any load order
+    max_num_tokens: int = 8192  # tokens one engine step may run (the plan's, as trtllm-build gets it)
 
 
 @dataclass(frozen=True)

@@ -300,6 +300,8 @@ class TorchEngineParameters(ModelParameters):
     max_seq_len: int  # prompt + generated tokens (+ K on the target, as TensorRT-LLM's builder adds)
     max_draft_len: int  # the most draft_input_ids one request may send (0 on the draft)
     torch_threads: int  # intra-op threads; 0 = torch's default
+    # rows one in-flight batching step may run (runtime/inflight_batcher.py): the plan's, as trtllm-build gets it
+    max_num_tokens: int
     # output_log_probs renormalised over the top-k candidates, as TensorRT-LLM's parameter of this
     # name (engine_interface.token_log_probs)
     normalize_log_probs: bool

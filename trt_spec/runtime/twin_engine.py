@@ -29,8 +29,8 @@ says, the same as the tensorrtllm flavor: ``return_log_probs`` (``output_log_pro
 sent; ``normalize_log_probs`` as the config sets it; refused with ``draft_input_ids``),
 ``return_num_input_tokens`` / ``return_num_output_tokens``, ``num_return_sequences`` 1,
 ``return_context_logits`` refused (the twin gathers none, as an engine built without
-``gather_context_logits``), a ``stop`` request answered with an empty response (one request runs at
-a time, so the one it names has finished), and the inputs declared but not supported refused unless
+``gather_context_logits``), a ``stop`` request answered with an empty response (the request it names
+runs to its end), and the inputs declared but not supported refused unless
 neutral.
 
 There is no session key: KV caches are reused by token prefix (:class:`PrefixCachePool`).
@@ -38,12 +38,14 @@ Library code, without Triton: the model file (``models/torch_engine/model.py``) 
 tensors in and out, and the in-process loop (``trt_spec.twin``) calls :meth:`TwinEngine.run` with
 :class:`EngineRequest` values built as the loop model builds its tensors, so both run this code.
 Which verification a call runs (greedy, rejection sampling, token matching) is decided by
-:func:`~trt_spec.runtime.sampling.verify_drafts`. One request at a time; requests are batch size 1.
+:func:`~trt_spec.runtime.sampling.verify_drafts`. Each request is one sequence (batch size 1 per
+request); the engine model runs the requests in flight together (:meth:`TwinEngine.steps`,
+:mod:`~trt_spec.runtime.inflight_batcher`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +71,16 @@ from trt_spec.runtime.sampling import (
 )
 from trt_spec.runtime.tensors import ROLES
 from trt_spec.runtime.torch_engine import TorchCausalLM
+
+
+@dataclass(frozen=True)
+class ForwardCall:
+    """One forward pass a request needs: the logits of ``sequence``'s last ``num_positions``
+    positions, on ``engine`` (the request's own KV cache)."""
+
+    engine: TorchCausalLM
+    sequence: list[int]
+    num_positions: int
 
 
 class EngineRequestError(ValueError):
@@ -138,6 +150,11 @@ def _value(inputs: Mapping[str, np.ndarray], name: str):
     if array.size != 1:
         raise EngineRequestError(f"{name} must hold one value; got shape {list(array.shape)}")
     return array.reshape(-1)[0].item()
+
+
+def is_stop_request(inputs: Mapping[str, np.ndarray]) -> bool:
+    """Whether the request is TensorRT-LLM's ``stop`` (cancel the request it names)."""
+    return bool(_value(inputs, T.STOP.name))
 
 
 def _row(inputs: Mapping[str, np.ndarray], name: str) -> np.ndarray | None:
@@ -300,6 +317,9 @@ def check_interface(inputs: Mapping[str, np.ndarray]) -> None:
         )
 
 
+RequestSteps = Generator[ForwardCall, torch.Tensor, "EngineAnswer"]  # TwinEngine.steps
+
+
 class TwinEngine:
     """One engine model (``role`` target or draft) over a :class:`TorchCausalLM`.
 
@@ -327,6 +347,8 @@ class TwinEngine:
         self.pool = PrefixCachePool(engine, cache_slots, max_divergence=max_draft_len + 1)
         # One slot: the pool always answers its one cache, so the lookup is skipped (in-process, every call).
         self._only_cache = engine if cache_slots == 1 else None
+        self._busy: set[TorchCausalLM] = set()  # caches held by requests in flight (steps())
+        self.cache_slots = cache_slots
 
     def execute(self, inputs: Mapping[str, np.ndarray], request_id: str | None = None) -> dict[str, np.ndarray]:
         """One request's outputs (with the batch dimension), by TensorRT-LLM output name; none for
@@ -335,23 +357,43 @@ class TwinEngine:
         Raises:
             EngineRequestError: a malformed request, or one over the engine's limits.
         """
-        if _value(inputs, T.STOP.name):
+        if is_stop_request(inputs):
             # Source: NVIDIA/TensorRT-LLM@0c8de69a1ca6213eebb20a51873890ff128666c2:triton_backend/inflight_batcher_llm/src/model_instance_state.cc ModelInstanceState::handleStopRequest
             if request_id == "":
                 raise EngineRequestError("Trying to stop a request but request ID is not provided")
-            return {}  # requests run one at a time: the one named has finished, as upstream then answers
+            return {}  # upstream answers a stop with an empty response; the twin lets the named request finish
         request = read_request(inputs, self.role, self.vocab_size)
-        answer = self.run(request, request_generator(request))
+        return self.outputs(request, self.run(request, request_generator(request)))
+
+    def outputs(self, request: EngineRequest, answer: EngineAnswer) -> dict[str, np.ndarray]:
+        """The output tensors (with the batch dimension) of a request's answer, by TensorRT-LLM name."""
         return self._outputs(request, answer.tokens, answer.logits)
 
     def run(self, request: EngineRequest, generator: torch.Generator | None) -> EngineAnswer:
-        """One call of a request already read (or built in-process): verification when it carries
-        drafts, else decoding. ``generator``: the randomness of a sampled call (``None``: torch's
-        global generator); served calls use :func:`request_generator`.
+        """One call of a request already read (or built in-process), run alone: verification when it
+        carries drafts, else decoding. ``generator``: the randomness of a sampled call (``None``:
+        torch's global generator); served calls use :func:`request_generator`.
 
         Raises:
             EngineRequestError: drafts past ``max_draft_len`` or outside the vocabulary, or a
                 sequence past ``max_seq_len``.
+        """
+        steps = self.steps(request, generator)
+        try:
+            call = next(steps)
+            while True:
+                call = steps.send(call.engine.logits(call.sequence, call.num_positions))
+        except StopIteration as finished:
+            return finished.value
+
+    def steps(self, request: EngineRequest, generator: torch.Generator | None) -> RequestSteps:
+        """The request as the forward passes it needs, one at a time: each ``yield`` hands out a
+        :class:`ForwardCall` and takes back its logits; the return value is the answer. :meth:`run`
+        drives one alone; the in-flight batcher (``runtime/inflight_batcher.py``) drives many
+        together, one forward pass for all of them per step, so a request computes exactly what
+        it computes alone. The request holds its KV cache from the first ``next()`` to its end.
+
+        Raises (from the first ``next()``): as :meth:`run`.
         """
         if len(request.draft_tokens) > self.max_draft_len:
             raise EngineRequestError(
@@ -368,22 +410,27 @@ class TwinEngine:
                 f"input ({len(request.sequence)} tokens) + request_output_len ({request.request_output_len}) "
                 f"exceeds the engine's max_seq_len {self.max_seq_len}"
             )
-        if request.draft_tokens:
-            return self._verify(request, generator)
-        return self._decode(request, generator)
+        sequence = request.sequence + request.draft_tokens
+        engine = self._only_cache if self._only_cache is not None else self.pool.engine_for(sequence, self._busy)
+        self._busy.add(engine)
+        try:
+            if request.draft_tokens:
+                return (yield from self._verify(request, engine, generator))
+            return (yield from self._decode(request, engine, generator))
+        finally:
+            self._busy.discard(engine)
 
     # --- the two kinds of call ---------------------------------------------------------------
 
-    def _decode(self, request: EngineRequest, generator: torch.Generator | None) -> EngineAnswer:
+    def _decode(self, request: EngineRequest, engine: TorchCausalLM, generator: torch.Generator | None) -> RequestSteps:
         """Up to request_output_len tokens one at a time (a draft, or plain target decoding)."""
         context = list(request.sequence)
-        engine = self._cache_for(context)
         tokens: list[int] = []
         kept_logits: list[torch.Tensor] = []
         kept_probs: list[torch.Tensor] = []
         keep_logits = request.return_generation_logits or request.return_log_probs
         for step in range(request.request_output_len):
-            logits = engine.logits(context, 1)  # [1, V]
+            logits = yield ForwardCall(engine, context, 1)  # [1, V]
             scores = self._scores(logits, request, context, step)
             if request.sampling.greedy:
                 token = int(scores.argmax())
@@ -399,13 +446,11 @@ class TwinEngine:
                 break
         return EngineAnswer(tokens, kept_logits, kept_probs)
 
-    def _verify(self, request: EngineRequest, generator: torch.Generator | None) -> EngineAnswer:
+    def _verify(self, request: EngineRequest, engine: TorchCausalLM, generator: torch.Generator | None) -> RequestSteps:
         """One forward pass over the sequence plus all drafts; accepted drafts plus one token."""
         drafts = request.draft_tokens
-        sequence = request.sequence + drafts
-        engine = self._cache_for(sequence)
         # Row i scores draft i's position; row k is the bonus position.
-        target_logits = engine.logits(sequence, len(drafts) + 1)  # [k + 1, V]
+        target_logits = yield ForwardCall(engine, request.sequence + drafts, len(drafts) + 1)  # [k + 1, V]
         scores = self._scores(target_logits, request, request.sequence, 0, drafts)  # row i after drafts[:i]
         emitted = verify_drafts(request.sampling, drafts, scores, request.draft_distribution(), generator)
         emitted = emitted[: request.request_output_len]
@@ -415,9 +460,6 @@ class TwinEngine:
                 break
         kept_logits = list(target_logits[: len(emitted)]) if request.return_generation_logits else []
         return EngineAnswer(emitted, kept_logits, [])
-
-    def _cache_for(self, sequence: list[int]) -> TorchCausalLM:
-        return self._only_cache if self._only_cache is not None else self.pool.engine_for(sequence)
 
     @staticmethod
     def _scores(

@@ -213,6 +213,7 @@ def settings_from_plan(
             tp_size=spec.role(role).tp_size,
             kv_tokens=plan.memory.kv_tokens,
             kv_fraction=fractions[role],
+            max_num_tokens=plan.engine(role).max_num_tokens,
         )
     return RepositorySettings(
         name=spec.name,

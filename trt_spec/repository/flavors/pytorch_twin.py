@@ -56,6 +56,7 @@ class TorchFlavor(Flavor):
                 max_seq_len=settings.max_seq_len + (settings.max_draft_len if role == "target" else 0),
                 max_draft_len=settings.max_draft_len if role == "target" else 0,
                 torch_threads=settings.torch_threads,
+                max_num_tokens=engine.max_num_tokens,
                 normalize_log_probs=configs.NORMALIZE_LOG_PROBS,
             ),
         )

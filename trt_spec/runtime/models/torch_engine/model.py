@@ -1,7 +1,8 @@
 """Triton python model ``tensorrt_llm`` / ``tensorrt_llm_draft`` of the torch flavor.
 
 TensorRT-LLM's engine tensor interface over the PyTorch twin (the logic, and what it takes and
-returns, is :mod:`trt_spec.runtime.twin_engine`); this file only moves tensors in and out. The
+returns, is :mod:`trt_spec.runtime.twin_engine`), its requests batched in flight
+(:mod:`trt_spec.runtime.inflight_batcher`); this file only moves tensors in and out. The
 config's parameters (:class:`~trt_spec.runtime.parameters.TorchEngineParameters`) say which engine
 it is (``role``) and name the checkpoint (``hf_model_dir``).
 
@@ -10,6 +11,7 @@ wrote the repository), else from the installed package.
 """
 
 import concurrent.futures
+import functools
 import json
 import sys
 import time
@@ -22,8 +24,17 @@ if (_HERE / "trt_spec").is_dir():
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from trt_spec.runtime.draining import DrainGate  # noqa: E402
+from trt_spec.runtime.inflight_batcher import InflightBatcher  # noqa: E402
 from trt_spec.runtime.parameters import TorchEngineParameters  # noqa: E402
-from trt_spec.runtime.twin_engine import EngineRequestError, TwinEngine  # noqa: E402
+from trt_spec.runtime.twin_engine import (  # noqa: E402
+    EngineRequestError,
+    TwinEngine,
+    is_stop_request,
+    read_request,
+    request_generator,
+)
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
 class TritonPythonModel:
@@ -47,11 +58,15 @@ class TritonPythonModel:
             cache_slots=max(1, int(config.get("max_batch_size", 1))),
             normalize_log_probs=parameters.normalize_log_probs,
         )
-        # Time inside execute(), for the benchmark's loop-overhead figure; the families must live
-        # as long as their metrics.
+        self.batcher = InflightBatcher(
+            self.engine, max_batch_size=self.engine.cache_slots, max_num_tokens=parameters.max_num_tokens
+        )
+        self.batcher.start()
+        # Each request's time from execute() to its response, for the benchmark's loop-overhead
+        # figure; the families must live as long as their metrics.
         self.seconds_family = pb_utils.MetricFamily(
             name="trt_spec_engine_execute_seconds_total",
-            description="Seconds the torch-flavor engine models spent inside execute()",
+            description="Seconds from a request's arrival in a torch-flavor engine model to its response",
             kind=pb_utils.MetricFamily.COUNTER,
         )
         self.calls_family = pb_utils.MetricFamily(
@@ -59,41 +74,95 @@ class TritonPythonModel:
             description="Requests the torch-flavor engine models answered",
             kind=pb_utils.MetricFamily.COUNTER,
         )
+        # In-flight batching: forward passes (steps) and the requests they ran; their ratio is the
+        # mean batch width.
+        self.steps_family = pb_utils.MetricFamily(
+            name="trt_spec_engine_steps_total",
+            description="Forward passes the torch-flavor engine models ran (one per in-flight batch step)",
+            kind=pb_utils.MetricFamily.COUNTER,
+        )
+        self.step_requests_family = pb_utils.MetricFamily(
+            name="trt_spec_engine_step_requests_total",
+            description="Requests run by those forward passes, summed over steps (/ steps = mean batch width)",
+            kind=pb_utils.MetricFamily.COUNTER,
+        )
         self.seconds_metric = self.seconds_family.Metric(labels={"model": self.name})
         self.calls_metric = self.calls_family.Metric(labels={"model": self.name})
+        self.steps_metric = self.steps_family.Metric(labels={"model": self.name})
+        self.step_requests_metric = self.step_requests_family.Metric(labels={"model": self.name})
+        self._exported = (0, 0)  # the batcher's (steps, requests) already counted
         # A metric update is an IPC round trip (~40 us): done by a worker, after the response.
         self.metrics_worker = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="trt-spec-metrics"
         )
 
     def finalize(self):
+        self.batcher.close()
         self.metrics_worker.shutdown(wait=True)
 
     def _count(self, seconds: float, requests: int) -> None:
         self.seconds_metric.increment(seconds)
         self.calls_metric.increment(requests)
+        stats = self.batcher.stats  # read on this worker while the batcher steps: counters only grow
+        steps, step_requests = stats.steps, stats.requests
+        self.steps_metric.increment(steps - self._exported[0])
+        self.step_requests_metric.increment(step_requests - self._exported[1])
+        self._exported = (steps, step_requests)
 
     def execute(self, requests):
-        started = time.perf_counter()
-        responses = []
+        """Hands each request to the in-flight batcher and returns: its response is sent, with the
+        final flag, when it ends (a non-decoupled model's response sender), so requests arriving
+        while others run join them at the next step."""
         draining = self.gate.draining()
         for request in requests:
+            arrived = time.perf_counter()
+            sender = request.get_response_sender()
             if draining and not self.gate.admits(request.parameters()):
                 error = pb_utils.TritonError(self.gate.refusal(), pb_utils.TritonError.UNAVAILABLE)
-                responses.append(pb_utils.InferenceResponse(error=error))
+                sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
                 continue
             try:
                 inputs = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
-                outputs = self.engine.execute(inputs, request.request_id())
-                wanted = request.requested_output_names()  # only what the caller asked for
+                if is_stop_request(inputs):
+                    self._respond(sender, arrived, request, self.engine.execute(inputs, request.request_id()))
+                    continue
+                engine_request = read_request(inputs, self.engine.role, self.engine.vocab_size)
+            except EngineRequestError as exc:
+                self._fail(sender, arrived, f"{self.name}: {exc}")
+                continue
+            wanted = request.requested_output_names()  # only what the caller asked for
+            self.batcher.submit(
+                engine_request,
+                request_generator(engine_request),
+                functools.partial(self._done, sender, arrived, engine_request, wanted),
+            )
+        return None
+
+    def _done(self, sender, arrived, engine_request, wanted, answer, error):
+        """The batcher's callback (on its thread) when a request ends."""
+        if error is None:
+            try:
+                outputs = self.engine.outputs(engine_request, answer)
+            except Exception as exc:  # noqa: BLE001 - reported below, like a failed step
+                error = exc
+            else:
                 tensors = [
                     pb_utils.Tensor(name, array) for name, array in outputs.items() if not wanted or name in wanted
                 ]
-                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
-            except EngineRequestError as exc:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{self.name}: {exc}")))
-            except Exception as exc:  # noqa: BLE001 - one short line to the caller, never a traceback
-                message = f"{self.name} failed: {type(exc).__name__}: {exc}".splitlines()[0]
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
-        self.metrics_worker.submit(self._count, time.perf_counter() - started, len(requests))
-        return responses
+                sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=FINAL)
+                self.metrics_worker.submit(self._count, time.perf_counter() - arrived, 1)
+                return
+        if isinstance(error, EngineRequestError):
+            self._fail(sender, arrived, f"{self.name}: {error}")
+        else:  # one short line to the caller, never a traceback
+            self._fail(sender, arrived, f"{self.name} failed: {type(error).__name__}: {error}".splitlines()[0])
+
+    def _respond(self, sender, arrived, request, outputs):
+        wanted = request.requested_output_names()
+        tensors = [pb_utils.Tensor(name, array) for name, array in outputs.items() if not wanted or name in wanted]
+        sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=FINAL)
+        self.metrics_worker.submit(self._count, time.perf_counter() - arrived, 1)
+
+    def _fail(self, sender, arrived, message):
+        sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), flags=FINAL)
+        self.metrics_worker.submit(self._count, time.perf_counter() - arrived, 1)
