@@ -235,6 +235,39 @@ def test_a_default_request_drafts_at_most_the_scheduled_k(models, in_flight, cap
     assert all(k <= cap for _, k in times.steps_by_load)
 
 
+def _target_output_lens(models, inputs, settings, in_flight):  # noqa: F811
+    engines = LocalEngines(*twin_engines(models))
+    request = bls.read_loop_request(inputs, settings)
+    state = asyncio.run(bls.run_loop(request, settings, engines, in_flight=in_flight))
+    lens = [int(call[T.REQUEST_OUTPUT_LEN.name].reshape(-1)[0]) for model, call in engines.calls if model == T.TARGET]
+    return state, lens
+
+
+def test_plain_calls_ask_for_many_tokens_when_none_is_awaited_alone(models):  # noqa: F811
+    alone, ones = _target_output_lens(models, loop_inputs(PROMPT, k=0, max_tokens=40), loop_parameters(), None)
+    assert ones == [1] * 40  # streamed: one token per call, as each is sent
+    whole, lens = _target_output_lens(
+        models, loop_inputs(PROMPT, k=0, max_tokens=40, stream=False), loop_parameters(), None
+    )
+    assert lens == [40] and whole.output == alone.output  # plain, not streamed: one call for all
+    # A default request the schedule holds at K 0: chunks, the load looked at again after each.
+    state, lens = _target_output_lens(
+        models, _default(loop_inputs(PROMPT, max_tokens=40, stream=False)), scheduled(), lambda: 8
+    )
+    assert lens == [bls.PLAIN_CHUNK_UNDER_LOAD, bls.PLAIN_CHUNK_UNDER_LOAD, 40 - 2 * bls.PLAIN_CHUNK_UNDER_LOAD]
+    assert state.output == alone.output and state.finish_reason == "length"
+
+
+def test_a_plain_answer_shorter_than_asked_ends_the_request():
+    state = LoopState(PROMPT, GenerationParams(max_new_tokens=20, num_draft_tokens=0))
+    assert state.commit([], [5, 6, 7], plain_len=8) == [5, 6, 7]
+    assert state.finish_reason == "eos"  # the target stopped (end_id left out of its output)
+    state = LoopState(PROMPT, GenerationParams(max_new_tokens=20, num_draft_tokens=0))
+    assert state.commit([], [5, 6, 7], plain_len=3) == [5, 6, 7] and not state.finished
+    with pytest.raises(ValueError, match="plain_len"):
+        state.commit([], [5], plain_len=0)
+
+
 def test_an_explicit_k_is_kept_under_load(models):  # noqa: F811
     state, drafts, times = _run(models, loop_inputs(PROMPT, k=3), scheduled(), lambda: 8)
     assert drafts and max(drafts) == 3 and state.stats.drafted_tokens > 0

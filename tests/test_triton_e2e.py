@@ -5,6 +5,7 @@ request, and publishes its metrics. One server for the whole module."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import re
 import threading
@@ -109,6 +110,7 @@ def test_concurrent_streams_each_get_their_own_output(server, target, prompts):
         responses[index] = len(events)
         first[index], last[index] = events[0].arrival_s, events[-1].arrival_s
 
+    before = metrics(server)
     threads = [threading.Thread(target=one, args=(index,)) for index in range(len(prompts))]
     for thread in threads:
         thread.start()
@@ -118,6 +120,30 @@ def test_concurrent_streams_each_get_their_own_output(server, target, prompts):
     assert all(count > 1 for count in responses)
     # Served together, not one after another: most streams had started before any ended.
     assert sum(start < min(last) for start in first) >= len(prompts) // 2
+    # ... and batched in flight: the engines' forward passes ran several requests each (the loops
+    # alternate draft and target calls, so each engine sees a share of them at a time).
+    time.sleep(0.5)  # the engine models count a step's requests after their responses
+    after = metrics(server)
+    for engine in (T.TARGET, T.DRAFT):
+
+        def delta(name: str, engine: str = engine) -> float:
+            series = f'{name}{{model="{engine}"}}'
+            return metric(after, series) - metric(before, series)
+
+        width = delta("trt_spec_engine_step_requests_total") / delta("trt_spec_engine_steps_total")
+        assert width > 1.3, (engine, width)  # 1.0 when each request runs alone
+
+
+def test_plain_requests_at_once_each_equal_the_target_alone(server, target, prompts):
+    # Not streamed and num_draft_tokens 0: the loop asks the target for all the tokens in one call,
+    # and the engine decodes the eight requests together, one forward pass per token for all.
+    expected = [decode(target, greedy_reference(target, prompt, 32)) for prompt in prompts]
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        answers = list(
+            pool.map(lambda p: generate(server, p, max_tokens=32, num_draft_tokens=0, stream=False), prompts)
+        )
+    assert ["".join(event.text for event in events) for events in answers] == expected
+    assert all(events[-1].num_target_calls == 1 for events in answers)
 
 
 def test_seeded_sampling_is_reproducible(server, prompts):

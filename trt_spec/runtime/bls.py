@@ -15,7 +15,8 @@ fewer, e.g. after ``end_id``), the target for ``request_output_len`` = len(draft
 the request samples); the target's answer is committed to the state. K follows load: a request
 that sends no ``num_draft_tokens`` drafts at most the loop's K schedule at the number of requests
 in flight (``LoopParameters.k_schedule``; 0 = a plain target call); one that sends it keeps its
-K. Both engines get the request's ``end_id``, ``pad_id`` and stop words, as TensorRT-LLM's own
+K. A plain call asks for several tokens when nothing needs them one by one (:func:`plain_call_len`:
+not streamed, no log probabilities), one BLS round trip for many tokens. Both engines get the request's ``end_id``, ``pad_id`` and stop words, as TensorRT-LLM's own
 BLS model sends them (``triton_backend/all_models/inflight_batcher_llm/tensorrt_llm_bls/1/lib/triton_decoder.py``,
 ``_get_llm_tensors_from_request``), so the target stops where the draft does; and the same
 penalties, bad words and embedding bias, with ``min_tokens`` = what is left of the request's
@@ -419,12 +420,13 @@ async def run_loop(
         draft = await proposer.propose(sequence, num_draft_tokens, seed_of(call_index), min_tokens)
         call_index += 1
         drafted = clock()
+        output_len = len(draft.tokens) + 1 if num_draft_tokens else plain_call_len(request, state, cap)
         outputs = await engines.infer(
             settings.target_model,
             engine_inputs(
                 request,
                 sequence,
-                len(draft.tokens) + 1,
+                output_len,
                 seed_of(call_index),
                 draft_tokens=draft.tokens,
                 draft_logits=draft.logits,
@@ -443,6 +445,7 @@ async def run_loop(
             verified - drafted,
             num_verified=verified_drafts(outputs, len(draft.tokens)) if draft.tokens else None,
             source=draft.source,
+            plain_len=output_len,
         )
         if request.return_log_probs and log_probs is not None and new_tokens:
             rows = _generation_logits(outputs, len(new_tokens), settings.target_model)
@@ -456,6 +459,29 @@ async def run_loop(
         times.loop_seconds += finished - started
         times.engine_wait_seconds += verified - started
     return state
+
+
+# Plain tokens one target call decodes for a request the K schedule holds at 0 under load: the
+# load is looked at again after them, so speculation resumes within this many tokens of it easing.
+PLAIN_CHUNK_UNDER_LOAD = 16
+
+
+def plain_call_len(request: LoopRequest, state: LoopState, cap: int | None) -> int:
+    """``request_output_len`` of a step without drafts: 1 for a request that needs each token as
+    it comes (streamed, or with log probabilities to gather per step), else several in one call,
+    which the engine decodes exactly as it would one call at a time (TensorRT-LLM's own plain
+    requests ask for all their tokens at once), minus a BLS round trip per token: the rest of
+    the request when it asked for plain decoding (``num_draft_tokens`` 0),
+    :data:`PLAIN_CHUNK_UNDER_LOAD` when the K schedule says 0 for the load, and 1 for a K 0
+    that adaptive K chose (it counts its plain steps)."""
+    if request.stream or request.return_log_probs:
+        return 1
+    remaining = request.params.max_new_tokens - len(state.output)
+    if request.params.num_draft_tokens == PLAIN_DECODING:
+        return max(1, remaining)
+    if cap == 0:
+        return max(1, min(remaining, PLAIN_CHUNK_UNDER_LOAD))
+    return 1
 
 
 @dataclass(frozen=True)

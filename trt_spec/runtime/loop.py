@@ -324,7 +324,9 @@ class LoopState:
     reports it verified (its ``total_draft_tokens``), and only an answer with no token past them
     is an end of sequence. ``None``: all of them (an engine that never discards drafts). A
     target left with none decodes as a plain request up to the ``len(drafts) + 1`` tokens the
-    loop asks for, so there an answer shorter than that is the end of the sequence.
+    loop asks for, so there an answer shorter than that is the end of the sequence; the same holds
+    for a step sent without drafts, which may ask for several tokens (``plain_len``: plain
+    decoding in one call, as the loop model does for requests that need no step-by-step answer).
 
     Attributes: ``sequence`` (prompt + output, what both models condition on), ``output``,
     ``stats`` (:class:`RequestStats`), ``finish_reason`` (``"length"``, ``"eos"``, ``"stop"``,
@@ -367,23 +369,31 @@ class LoopState:
         verify_seconds: float = 0.0,
         num_verified: int | None = None,
         source: str = "",
+        plain_len: int = 1,
     ) -> list[int]:
         """Take one step's answer: ``emitted`` (the target's tokens) for ``draft_tokens``, of
         which the target verified the first ``num_verified`` (``None``: all; class docstring);
-        ``source``: where the drafts came from (``methods.SOURCES``; "" = the draft model).
+        ``source``: where the drafts came from (``methods.SOURCES``; "" = the draft model);
+        ``plain_len``: the tokens a step without drafts asked the target for (its
+        ``request_output_len``): an answer shorter than that, with no EOS or stop sequence in
+        it, is the target ending the sequence.
 
         Records the step's statistics, appends tokens to the output up to the first EOS (not
         emitted), stop sequence (emitted) or ``max_new_tokens``, and returns the tokens kept.
 
         Raises:
             RuntimeError: the request has already finished.
-            ValueError: ``num_verified`` is not in 0..len(draft_tokens).
+            ValueError: ``num_verified`` is not in 0..len(draft_tokens), or ``plain_len`` < 1.
         """
         if self.finished:
             raise RuntimeError(f"the request has finished ({self.finish_reason}); nothing more to commit")
         draft_tokens, emitted = list(draft_tokens), list(emitted)
         # A target whose drafts were all discarded decodes up to len(drafts) + 1 tokens plainly.
         plain_answer_len = len(draft_tokens) + 1 if num_verified == 0 and draft_tokens else None
+        if not draft_tokens:
+            if plain_len < 1:
+                raise ValueError(f"plain_len must be >= 1; got {plain_len}")
+            plain_answer_len = plain_len
         if num_verified is not None:
             if not 0 <= num_verified <= len(draft_tokens):
                 raise ValueError(
