@@ -34,6 +34,7 @@ batcher's own thread (:meth:`start`), or on the caller's with :meth:`step` (test
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,11 +57,13 @@ class _InFlight:
 
 @dataclass
 class StepStats:
-    """What the batcher has run: steps, and rows (tokens) and requests over all of them."""
+    """What the batcher has run: steps, and rows (tokens), requests and forward-pass seconds over
+    all of them."""
 
     steps: int = 0
     rows: int = 0
     requests: int = 0
+    seconds: float = 0.0  # in the steps' forward passes
     widest: int = 0  # most requests in one step
     by_width: dict[int, int] = field(default_factory=dict)  # steps by requests in the step
 
@@ -139,6 +142,7 @@ class InflightBatcher:
         scheduled, chunks = self._schedule()
         calls = [(entry.call.engine, entry.call.sequence, entry.call.num_positions) for entry in scheduled]
         calls += [(entry.call.engine, entry.call.sequence[:end], 1) for entry, end in chunks]
+        started = time.perf_counter()
         try:
             logits = TorchCausalLM.logits_batch(calls)
         except Exception as exc:  # noqa: BLE001 - a failed step fails the requests it ran, not the server
@@ -146,6 +150,7 @@ class InflightBatcher:
                 self._finish(entry, None, exc)
             return
         width = len(calls)
+        self.stats.seconds += time.perf_counter() - started
         self.stats.steps += 1
         self.stats.requests += width
         self.stats.widest = max(self.stats.widest, width)

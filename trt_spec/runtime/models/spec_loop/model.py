@@ -51,7 +51,7 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 from trt_spec.runtime import bls, draining, methods  # noqa: E402
 from trt_spec.runtime import tensors as T  # noqa: E402
 from trt_spec.runtime.errors import GenerationParamsError  # noqa: E402
-from trt_spec.runtime.parameters import LoopParameters  # noqa: E402
+from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS, LoopParameters  # noqa: E402
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 # An execute coroutine lasts at least this long, so that the stub has added its future to its
@@ -66,8 +66,12 @@ class TritonEngineClient:
     engines see them together. A request running alone calls ``exec()`` instead: it blocks the
     event loop, which has nothing else to do, and skips async_exec's hop through a thread pool
     (~0.3 ms a call on a CPU); before each call it yields once, so a request arriving meanwhile
-    (or a relayed cancellation) starts after the current call at the latest.
+    (or a relayed cancellation) starts after the current call at the latest. Only for a call of
+    one step's tokens at most (``request_output_len`` <= K + 1): a plain call for many tokens
+    (``bls.plain_call_len``) would keep arrivals out of the engines' batch until it ends.
     """
+
+    BLOCKING_MAX_TOKENS = MAX_DRAFT_TOKENS + 1
 
     def __init__(self):
         self.active = 0  # generation requests running in this model instance
@@ -81,7 +85,7 @@ class TritonEngineClient:
             requested_output_names=list(outputs),
             parameters=self.parameters,
         )
-        if self.active <= 1:
+        if self.active <= 1 and int(inputs[T.REQUEST_OUTPUT_LEN.name].reshape(-1)[0]) <= self.BLOCKING_MAX_TOKENS:
             await asyncio.sleep(0)  # let arrivals (a new request, a relayed cancellation) start
             response = request.exec()
         else:

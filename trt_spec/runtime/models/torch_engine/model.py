@@ -86,11 +86,17 @@ class TritonPythonModel:
             description="Requests run by those forward passes, summed over steps (/ steps = mean batch width)",
             kind=pb_utils.MetricFamily.COUNTER,
         )
+        self.step_seconds_family = pb_utils.MetricFamily(
+            name="trt_spec_engine_step_seconds_total",
+            description="Seconds the torch-flavor engine models spent in forward passes (the engine busy)",
+            kind=pb_utils.MetricFamily.COUNTER,
+        )
         self.seconds_metric = self.seconds_family.Metric(labels={"model": self.name})
+        self.step_seconds_metric = self.step_seconds_family.Metric(labels={"model": self.name})
         self.calls_metric = self.calls_family.Metric(labels={"model": self.name})
         self.steps_metric = self.steps_family.Metric(labels={"model": self.name})
         self.step_requests_metric = self.step_requests_family.Metric(labels={"model": self.name})
-        self._exported = (0, 0)  # the batcher's (steps, requests) already counted
+        self._exported = (0, 0, 0.0)  # the batcher's (steps, requests, seconds) already counted
         # A metric update is an IPC round trip (~40 us): done by a worker, after the response.
         self.metrics_worker = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="trt-spec-metrics"
@@ -104,10 +110,11 @@ class TritonPythonModel:
         self.seconds_metric.increment(seconds)
         self.calls_metric.increment(requests)
         stats = self.batcher.stats  # read on this worker while the batcher steps: counters only grow
-        steps, step_requests = stats.steps, stats.requests
+        steps, step_requests, step_seconds = stats.steps, stats.requests, stats.seconds
         self.steps_metric.increment(steps - self._exported[0])
         self.step_requests_metric.increment(step_requests - self._exported[1])
-        self._exported = (steps, step_requests)
+        self.step_seconds_metric.increment(step_seconds - self._exported[2])
+        self._exported = (steps, step_requests, step_seconds)
 
     def execute(self, requests):
         """Hands each request to the in-flight batcher and returns: its response is sent, with the
