@@ -288,11 +288,12 @@ def test_tune_measures_the_torch_flavors_k_schedule_through_the_server(server, t
     args = ["tune", "--spec", str(spec_path), "--url", server.grpc_url, "--in-flight", "3", "-k", "1", "-k", "2"]
     args += ["--prompts", "3", "--max-tokens", "12", "--threads", "1", "-o", str(report_path)]
     args += ["--method", "draft_target"]  # the spec's own; every method is measured in tests/test_tuning.py
+    args += ["--no-stream"]  # as a non-streaming client asks: plain decoding many tokens a call
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     report = load_tuning(report_path)
     measured = report.measured_schedule
-    assert measured is not None and measured.url == server.grpc_url
+    assert measured is not None and measured.url == server.grpc_url and measured.stream is False
     # K 1 and 2 asked, and the spec's K 4 (the loop's default), at 1 and 3 requests in flight.
     assert [(p.in_flight, sorted(p.speedups)) for p in measured.points] == [(1, [1, 2, 4]), (3, [1, 2, 4])]
     assert all(speedup > 0 for p in measured.points for speedup in p.speedups.values())

@@ -353,3 +353,5 @@ def test_tune_url_fails_at_once_without_a_server():
     assert result.exit_code == 1 and "no Triton server answers" in result.output and "tuned" not in result.output
     result = CliRunner().invoke(main, ["tune", "--spec", str(DEMO_SPEC), "--in-flight", "4"])
     assert result.exit_code == 2 and "--in-flight goes with --url" in result.output
+    result = CliRunner().invoke(main, ["tune", "--spec", str(DEMO_SPEC), "--no-stream"])
+    assert result.exit_code == 2 and "--no-stream goes with --url" in result.output

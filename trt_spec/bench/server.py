@@ -53,6 +53,9 @@ class ServerBenchConfig:
     max_new_tokens: int = MAX_NEW_TOKENS
     seed: int = 0
     prompts: tuple[str, ...] | None = None  # the user's prompts (bench/dataset.py) instead of the packaged ones
+    # False: each request asks for one final response (a non-streaming client), so the loop may
+    # decode plain tokens many to a target call (bls.plain_call_len); TTFT is then the whole request.
+    stream: bool = True
 
 
 @dataclass
@@ -296,7 +299,7 @@ def _run_config(
     pair: TwinPair | None,
     say: Progress,
 ) -> ServerRow:
-    base = {T.MAX_TOKENS.name: config.max_new_tokens, T.TEMPERATURE.name: temperature}
+    base = {T.MAX_TOKENS.name: config.max_new_tokens, T.TEMPERATURE.name: temperature, "stream": config.stream}
     spec_tally, plain_tally, local_tally = Tally(), Tally(), Tally()
     seeds = [config.seed + index for index in range(len(prompts))]
     breakdown = alpha = None

@@ -188,10 +188,12 @@ def measure_schedule(
     max_new_tokens: int = 96,
     metrics_url: str | None = None,
     progress: Progress | None = None,
+    stream: bool = True,
 ) -> MeasuredSchedule:
     """The best K by requests in flight on the server at ``url`` (serving a spec of ``method``):
     each K and plain decoding at each load in ``loads``, interleaved on the same server
-    (``bench --url``, :mod:`trt_spec.bench.server`).
+    (``bench --url``, :mod:`trt_spec.bench.server`); ``stream`` False: requests that ask for one
+    final response, whose plain decoding takes many tokens per target call.
 
     Raises:
         ServerUnreachable, GenerationError: the server cannot be reached or fails a request.
@@ -203,6 +205,7 @@ def measure_schedule(
         num_prompts=len(prompts),
         max_new_tokens=max_new_tokens,
         prompts=tuple(prompts),
+        stream=stream,
     )
     rows = run_server_bench(url, config, metrics_url=metrics_url, progress=progress).rows
     points = []
@@ -216,6 +219,7 @@ def measure_schedule(
         prompts=len(prompts),
         max_new_tokens=max_new_tokens,
         points=points,
+        stream=stream,
     )
 
 

@@ -93,6 +93,12 @@ if TYPE_CHECKING:
     help="--url: the server's Prometheus endpoint (default http://HOST:8002/metrics) for alpha and "
     "the loop's time per iteration.",
 )
+@click.option(
+    "--stream/--no-stream",
+    default=True,
+    help="--url: streamed requests (default), or requests for one final response, as a non-streaming "
+    "client sends them (plain decoding then takes many tokens per target call).",
+)
 @dataset_options
 @click.option(
     "--tokenizer",
@@ -129,6 +135,7 @@ def bench(
     profile,
     concurrency,
     metrics_url,
+    stream,
     dataset,
     dataset_column,
     dataset_split,
@@ -206,6 +213,7 @@ def bench(
             concurrency,
             metrics_url,
             tuple(prompt.text for prompt in workload.prompts) if workload else None,
+            stream=stream,
         )
         return
     config = BenchConfig.quick() if quick else BenchConfig()
@@ -283,6 +291,7 @@ def _bench_server(
     concurrency,
     metrics_url,
     prompts=None,
+    stream=True,
 ) -> None:
     from trt_spec.bench.plot import write_server_plot
     from trt_spec.bench.server import ServerBenchConfig, run_server_bench
@@ -294,6 +303,7 @@ def _bench_server(
         num_prompts=num_prompts or ServerBenchConfig.num_prompts,
         max_new_tokens=max_tokens or ServerBenchConfig.max_new_tokens,
         prompts=prompts,
+        stream=stream,
     )
     host = url.rsplit(":", 1)[0]
     pair = load_twin(spec, device, runner) if spec is not None else None

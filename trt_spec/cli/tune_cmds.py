@@ -79,6 +79,12 @@ from trt_spec.runtime.parameters import MAX_DRAFT_TOKENS
     multiple=True,
     help="--url: requests in flight to measure (repeatable); default 1 4 8. One at a time is always measured.",
 )
+@click.option(
+    "--stream/--no-stream",
+    default=True,
+    help="--url: streamed requests (default), or requests for one final response, as a non-streaming "
+    "client sends them (plain decoding then takes many tokens per target call).",
+)
 def tune(
     spec_path,
     dataset,
@@ -98,6 +104,7 @@ def tune(
     plot_path,
     url,
     loads,
+    stream,
 ) -> None:
     """Tune the method and K to your traffic: measure every speculation method the spec's
     checkpoints can run (acceptance per draft position, tokens per target call, step costs) on your
@@ -143,6 +150,8 @@ def tune(
         raise click.UsageError("--dataset-column goes with --dataset SOURCE")
     if loads and url is None:
         raise click.UsageError("--in-flight goes with --url HOST:PORT (a running server of the spec's repository)")
+    if not stream and url is None:
+        raise click.UsageError("--no-stream goes with --url HOST:PORT (a running server of the spec's repository)")
     spec = read_spec(spec_path)
     for name in method_names:
         if methods.get(name).uses_draft_model and spec.draft is None:
@@ -203,6 +212,7 @@ def tune(
             temperature=report.primary.temperature,
             max_new_tokens=max_tokens,
             progress=lambda line: click.echo(line, err=True),
+            stream=stream,
         )
         report = report.model_copy(update={"measured_schedule": schedule})
     path = output or f"tuning-{spec.name}.json"

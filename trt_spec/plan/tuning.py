@@ -144,6 +144,7 @@ class MeasuredSchedule(_Strict):
     prompts: int = Field(ge=1)
     max_new_tokens: int = Field(ge=1)
     points: list[SchedulePoint] = Field(min_length=1)
+    stream: bool = True  # measured with streamed requests (false: one final response each)
 
     @model_validator(mode="after")
     def _from_one_up(self) -> MeasuredSchedule:
