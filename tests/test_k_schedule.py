@@ -243,7 +243,8 @@ def _target_output_lens(models, inputs, settings, in_flight):  # noqa: F811
     return state, lens
 
 
-def test_plain_calls_ask_for_many_tokens_when_none_is_awaited_alone(models):  # noqa: F811
+def test_plain_calls_ask_for_many_tokens_when_none_is_awaited_alone(models, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(bls, "PLAIN_CHUNK_UNDER_LOAD", 16)
     alone, ones = _target_output_lens(models, loop_inputs(PROMPT, k=0, max_tokens=40), loop_parameters(), None)
     assert ones == [1] * 40  # streamed: one token per call, as each is sent
     whole, lens = _target_output_lens(
@@ -254,7 +255,7 @@ def test_plain_calls_ask_for_many_tokens_when_none_is_awaited_alone(models):  # 
     state, lens = _target_output_lens(
         models, _default(loop_inputs(PROMPT, max_tokens=40, stream=False)), scheduled(), lambda: 8
     )
-    assert lens == [bls.PLAIN_CHUNK_UNDER_LOAD, bls.PLAIN_CHUNK_UNDER_LOAD, 40 - 2 * bls.PLAIN_CHUNK_UNDER_LOAD]
+    assert lens == [16, 16, 8]
     assert state.output == alone.output and state.finish_reason == "length"
 
 

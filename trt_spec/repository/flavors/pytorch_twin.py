@@ -35,9 +35,10 @@ class TorchFlavor(Flavor):
         """None from the plan alone: no model projects this machine's costs under load. The schedule
         is measured instead, through a running server (``trt-spec tune --url``: each K against
         plain decoding at each load), and ``repo --tuning`` writes it (``TuningReport.loop_schedule``).
-        Measured through Triton on the wide demo pair at K 4, plain decoding gave 87 -> 95 -> 92
-        tok/s at 1 / 8 / 32 streams while speculative decoding gave 136 -> 191 -> 198: on a CPU the
-        draft and target processes overlap under load, so speculation keeps paying."""
+        The engine models batch in flight, and on a CPU a batched forward pass costs about in
+        proportion to its rows past ~8 (its projections are compute-bound there, unlike a GPU's):
+        8 verifications of K 4 run 40 rows where 8 plain decodes run 8, so speculation that pays
+        alone can lose under load (docs/measurements.md, "Beside vLLM")."""
         return ()
 
     def gives_draft_logits(self, acceptance: str) -> bool:
