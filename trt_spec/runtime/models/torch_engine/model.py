@@ -63,44 +63,38 @@ class TritonPythonModel:
         )
         self.batcher.start()
         # Each request's time from execute() to its response, for the benchmark's loop-overhead
-        # figure; the families must live as long as their metrics.
-        self.seconds_family = pb_utils.MetricFamily(
-            name="trt_spec_engine_execute_seconds_total",
-            description="Seconds from a request's arrival in a torch-flavor engine model to its response",
-            kind=pb_utils.MetricFamily.COUNTER,
+        # figure; in-flight batching's forward passes (steps), the requests they ran (/ steps = the
+        # mean batch width) and their seconds (the engine busy).
+        self.families = []  # a family must live as long as its metrics
+        self.seconds_metric = self._counter(
+            "trt_spec_engine_execute_seconds_total",
+            "Seconds from a request's arrival in a torch-flavor engine model to its response",
         )
-        self.calls_family = pb_utils.MetricFamily(
-            name="trt_spec_engine_requests_total",
-            description="Requests the torch-flavor engine models answered",
-            kind=pb_utils.MetricFamily.COUNTER,
+        self.calls_metric = self._counter(
+            "trt_spec_engine_requests_total", "Requests the torch-flavor engine models answered"
         )
-        # In-flight batching: forward passes (steps) and the requests they ran; their ratio is the
-        # mean batch width.
-        self.steps_family = pb_utils.MetricFamily(
-            name="trt_spec_engine_steps_total",
-            description="Forward passes the torch-flavor engine models ran (one per in-flight batch step)",
-            kind=pb_utils.MetricFamily.COUNTER,
+        self.steps_metric = self._counter(
+            "trt_spec_engine_steps_total",
+            "Forward passes the torch-flavor engine models ran (one per in-flight batch step)",
         )
-        self.step_requests_family = pb_utils.MetricFamily(
-            name="trt_spec_engine_step_requests_total",
-            description="Requests run by those forward passes, summed over steps (/ steps = mean batch width)",
-            kind=pb_utils.MetricFamily.COUNTER,
+        self.step_requests_metric = self._counter(
+            "trt_spec_engine_step_requests_total",
+            "Requests run by those forward passes, summed over steps (/ steps = mean batch width)",
         )
-        self.step_seconds_family = pb_utils.MetricFamily(
-            name="trt_spec_engine_step_seconds_total",
-            description="Seconds the torch-flavor engine models spent in forward passes (the engine busy)",
-            kind=pb_utils.MetricFamily.COUNTER,
+        self.step_seconds_metric = self._counter(
+            "trt_spec_engine_step_seconds_total",
+            "Seconds the torch-flavor engine models spent in forward passes (the engine busy)",
         )
-        self.seconds_metric = self.seconds_family.Metric(labels={"model": self.name})
-        self.step_seconds_metric = self.step_seconds_family.Metric(labels={"model": self.name})
-        self.calls_metric = self.calls_family.Metric(labels={"model": self.name})
-        self.steps_metric = self.steps_family.Metric(labels={"model": self.name})
-        self.step_requests_metric = self.step_requests_family.Metric(labels={"model": self.name})
         self._exported = (0, 0, 0.0)  # the batcher's (steps, requests, seconds) already counted
         # A metric update is an IPC round trip (~40 us): done by a worker, after the response.
         self.metrics_worker = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="trt-spec-metrics"
         )
+
+    def _counter(self, name: str, description: str):
+        family = pb_utils.MetricFamily(name=name, description=description, kind=pb_utils.MetricFamily.COUNTER)
+        self.families.append(family)
+        return family.Metric(labels={"model": self.name})
 
     def finalize(self):
         self.batcher.close()
