@@ -68,7 +68,7 @@ class FakeServer:
     def repository_index(self) -> dict[str, str]:
         return dict(self.states)
 
-    def is_decoupled(self, name: str) -> bool:
+    def answers_from_a_sender(self, name: str) -> bool:
         return name in self.decoupled
 
     def model_progress(self) -> dict[str, tuple[float, float]]:

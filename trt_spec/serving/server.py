@@ -53,7 +53,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from trt_spec.errors import ServerError
@@ -383,7 +383,7 @@ class TritonServer:
         self.command: ServerCommand | None = None
         self._lock = threading.Lock()  # one thread at a time starts or ends the server process
         self._stopping = threading.Event()
-        self._decoupled: dict[str, bool] = {}
+        self._answers_from_a_sender: dict[str, bool] = {}
         self.drain_file: Path | None = None  # exists while draining; None: the engine models cannot refuse
 
     @property
@@ -661,19 +661,25 @@ class TritonServer:
         default the readiness timeout): new stub processes."""
         self._post(f"/v2/repository/models/{name}/load", timeout_s=timeout_s or self.ready_timeout_s)
 
-    def is_decoupled(self, name: str) -> bool:
-        """Whether the model's config says ``model_transaction_policy { decoupled: true }``."""
-        if name not in self._decoupled:
+    def answers_from_a_sender(self, name: str) -> bool:
+        """Whether the model answers its requests through a response sender after ``execute()``
+        returned: a decoupled model (``model_transaction_policy { decoupled: true }``), or a torch
+        flavor engine model (its config carries :class:`TorchEngineParameters`: it batches its
+        requests in flight). Triton leaves such a model's open requests waiting forever when its
+        stub dies (measured for both), so that death restarts the server."""
+        if name not in self._answers_from_a_sender:
             from google.protobuf import text_format
 
             from trt_spec.repository.configs import read_config
+            from trt_spec.runtime.parameters import TorchEngineParameters
 
             try:
                 config = read_config(self.repo / name / "config.pbtxt")
             except (OSError, text_format.ParseError):
                 return False
-            self._decoupled[name] = config.model_transaction_policy.decoupled
-        return self._decoupled[name]
+            batches_in_flight = {f.name for f in fields(TorchEngineParameters)} <= set(config.parameters)
+            self._answers_from_a_sender[name] = config.model_transaction_policy.decoupled or batches_in_flight
+        return self._answers_from_a_sender[name]
 
     def _post(self, path: str, *, timeout_s: float) -> bytes:
         """POST to Triton's HTTP API with the admin header.
@@ -776,7 +782,10 @@ def python_stubs(server_pid: int) -> dict[int, Stub]:
 
 
 _RELOAD_NOTE = "reloading the model; its requests fail until it is back"
-_RESTART_NOTE = "restarting the server (Triton would leave a decoupled model's open requests waiting forever)"
+_RESTART_NOTE = (
+    "restarting the server (Triton would leave the open requests of a model that answers from a response "
+    "sender, decoupled or batching in flight, waiting forever)"
+)
 
 
 @dataclass
@@ -803,9 +812,10 @@ class Supervisor:
       says not ready) and loaded again: new stub processes. In-flight requests get Triton's
       "Stub process '<instance>' is not healthy". Its other old processes end once their
       requests are done; that end is not a death.
-    - a decoupled model (the loop ``spec_loop``): Triton would leave its in-flight
-      requests waiting forever (measured), so the whole server is restarted on the same ports;
-      open connections are closed, which their clients see as an error.
+    - a model that answers from a response sender (the decoupled loop ``spec_loop`` and
+      postprocessing, and the torch flavor's engine models, which batch in flight): Triton would
+      leave its in-flight requests waiting forever (measured), so the whole server is restarted
+      on the same ports; open connections are closed, which their clients see as an error.
 
     A model that cannot be reloaded gets a restart too. A model that cannot stay up is a crash
     loop: when it dies within ``window_s`` seconds of being brought back for the
@@ -957,7 +967,7 @@ class Supervisor:
         if not models:
             return known
         self._check_crash_loop(detected, list(models))
-        restart = any(self.server.is_decoupled(name) for name in models)
+        restart = any(self.server.answers_from_a_sender(name) for name in models)
         for name, stub in models.items():
             what = _RESTART_NOTE if restart else _RELOAD_NOTE
             self.on_event(f"model {name}: its process {stub.instance} (pid {stub.pid}) is gone; {what}")
