@@ -299,7 +299,7 @@ def _run_config(
     pair: TwinPair | None,
     say: Progress,
 ) -> ServerRow:
-    base = {T.MAX_TOKENS.name: config.max_new_tokens, T.TEMPERATURE.name: temperature, "stream": config.stream}
+    base = {T.MAX_TOKENS.name: config.max_new_tokens, T.TEMPERATURE.name: temperature, T.STREAM.name: config.stream}
     spec_tally, plain_tally, local_tally = Tally(), Tally(), Tally()
     seeds = [config.seed + index for index in range(len(prompts))]
     breakdown = alpha = None

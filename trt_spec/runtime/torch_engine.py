@@ -169,14 +169,15 @@ class TorchCausalLM:
         """:meth:`logits` of several ``(engine, sequence, num_positions)`` calls, each engine a
         distinct cache over the same model, in ONE forward pass where the runner can batch (the
         Llama runner), else one after the other; each call's logits are its own."""
-        starts, new_tokens = [], []
-        for engine, sequence, num_positions in calls:
+        for engine, sequence, num_positions in calls:  # every call checked before any cache changes
             length = len(sequence)
             if not 1 <= num_positions <= length:
                 raise ValueError(f"num_positions must be in 1..{length} (the sequence length); got {num_positions}")
             if engine.max_length and length > engine.max_length:
                 raise ValueError(f"the sequence has {length} tokens; the model takes at most {engine.max_length}")
-            reused = min(common_prefix_length(engine._cached_tokens, sequence), length - num_positions)
+        starts, new_tokens = [], []
+        for engine, sequence, num_positions in calls:
+            reused = min(common_prefix_length(engine._cached_tokens, sequence), len(sequence) - num_positions)
             if reused < len(engine._cached_tokens):
                 engine.runner.crop(reused)
             starts.append(reused)

@@ -348,7 +348,11 @@ class TwinEngine:
         # One slot: the pool always answers its one cache, so the lookup is skipped (in-process, every call).
         self._only_cache = engine if cache_slots == 1 else None
         self._busy: set[TorchCausalLM] = set()  # caches held by requests in flight (steps())
-        self.cache_slots = cache_slots
+
+    @property
+    def cache_slots(self) -> int:
+        """Sequences whose KV caches are kept: at most this many requests in flight."""
+        return self.pool.capacity
 
     def execute(self, inputs: Mapping[str, np.ndarray], request_id: str | None = None) -> dict[str, np.ndarray]:
         """One request's outputs (with the batch dimension), by TensorRT-LLM output name; none for

@@ -120,18 +120,18 @@ class TritonPythonModel:
             sender = request.get_response_sender()
             if draining and not self.gate.admits(request.parameters()):
                 error = pb_utils.TritonError(self.gate.refusal(), pb_utils.TritonError.UNAVAILABLE)
-                sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
+                self._send(sender, arrived, pb_utils.InferenceResponse(error=error))
                 continue
+            wanted = request.requested_output_names()  # only what the caller asked for
             try:
                 inputs = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
                 if is_stop_request(inputs):
-                    self._respond(sender, arrived, request, self.engine.execute(inputs, request.request_id()))
+                    self._respond(sender, arrived, wanted, self.engine.execute(inputs, request.request_id()))
                     continue
                 engine_request = read_request(inputs, self.engine.role, self.engine.vocab_size)
-            except EngineRequestError as exc:
-                self._fail(sender, arrived, f"{self.name}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - this request's error, answered alone
+                self._fail(sender, arrived, exc)
                 continue
-            wanted = request.requested_output_names()  # only what the caller asked for
             self.batcher.submit(
                 engine_request,
                 request_generator(engine_request),
@@ -147,23 +147,22 @@ class TritonPythonModel:
             except Exception as exc:  # noqa: BLE001 - reported below, like a failed step
                 error = exc
             else:
-                tensors = [
-                    pb_utils.Tensor(name, array) for name, array in outputs.items() if not wanted or name in wanted
-                ]
-                sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=FINAL)
-                self.metrics_worker.submit(self._count, time.perf_counter() - arrived, 1)
+                self._respond(sender, arrived, wanted, outputs)
                 return
-        if isinstance(error, EngineRequestError):
-            self._fail(sender, arrived, f"{self.name}: {error}")
-        else:  # one short line to the caller, never a traceback
-            self._fail(sender, arrived, f"{self.name} failed: {type(error).__name__}: {error}".splitlines()[0])
+        self._fail(sender, arrived, error)
 
-    def _respond(self, sender, arrived, request, outputs):
-        wanted = request.requested_output_names()
+    def _respond(self, sender, arrived, wanted, outputs):
         tensors = [pb_utils.Tensor(name, array) for name, array in outputs.items() if not wanted or name in wanted]
-        sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=FINAL)
-        self.metrics_worker.submit(self._count, time.perf_counter() - arrived, 1)
+        self._send(sender, arrived, pb_utils.InferenceResponse(output_tensors=tensors))
 
-    def _fail(self, sender, arrived, message):
-        sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), flags=FINAL)
+    def _fail(self, sender, arrived, error):
+        if isinstance(error, EngineRequestError):
+            message = f"{self.name}: {error}"
+        else:  # one short line to the caller, never a traceback
+            message = f"{self.name} failed: {type(error).__name__}: {error}".splitlines()[0]
+        self._send(sender, arrived, pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
+
+    def _send(self, sender, arrived, response):
+        """The request's one response, with the final flag; its time from arrival counted."""
+        sender.send(response, flags=FINAL)
         self.metrics_worker.submit(self._count, time.perf_counter() - arrived, 1)
