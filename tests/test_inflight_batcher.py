@@ -24,9 +24,13 @@ def target():
     return tiny_llama(2, seed=0)
 
 
-def engine(model, runner: str = "llama", slots: int = 4) -> TwinEngine:
+def engine(model, runner: str = "llama", slots: int = 4, gemm_dtype: torch.dtype | None = None) -> TwinEngine:
     return TwinEngine(
-        TorchCausalLM(model, runner=runner), "target", max_draft_len=K, max_seq_len=MAX_SEQ_LEN, cache_slots=slots
+        TorchCausalLM(model, runner=runner, gemm_dtype=gemm_dtype),
+        "target",
+        max_draft_len=K,
+        max_seq_len=MAX_SEQ_LEN,
+        cache_slots=slots,
     )
 
 
@@ -65,15 +69,26 @@ def mixed_requests() -> list[tuple[EngineRequest, int | None]]:
     return out
 
 
-def alone(model, runner, req, seed):
-    return engine(model, runner).run(req, generator(seed))
+def alone(model, runner, req, seed, gemm_dtype=None):
+    return engine(model, runner, gemm_dtype=gemm_dtype).run(req, generator(seed))
 
 
-@pytest.mark.parametrize("runner", ["llama", "hf"])
-def test_batched_requests_compute_what_they_compute_alone(target, runner):
+@pytest.mark.parametrize(
+    "runner, gemm",
+    [("llama", None), ("hf", None), ("llama", "bfloat16 onednn"), ("llama", "bfloat16 blas")],
+)
+def test_batched_requests_compute_what_they_compute_alone(target, runner, gemm, monkeypatch):
+    from trt_spec.runtime import torch_engine
+
+    gemm_dtype = None
+    if gemm is not None:  # the spec's engine.dtype bfloat16 (torch_engine.compute_dtypes), on either kernel
+        monkeypatch.setattr(torch_engine._Linear, "ONEDNN_MIN_ELEMENTS", 0 if "onednn" in gemm else 1 << 62)
+        gemm_dtype = torch.bfloat16
     requests = mixed_requests()
-    expected = [alone(target, runner, req, seed) for req, seed in requests]
-    batched = engine(target, runner)
+    expected = [alone(target, runner, req, seed, gemm_dtype) for req, seed in requests]
+    batched = engine(target, runner, gemm_dtype=gemm_dtype)
+    if gemm == "bfloat16 onednn" and not torch_engine._onednn_suits(torch.zeros(1, 1), torch.bfloat16):
+        pytest.skip("this torch build has no oneDNN bfloat16 prepacked linear")
     batcher = InflightBatcher(batched, max_batch_size=4, max_num_tokens=32)
     answers: dict[int, object] = {}
     for index, (req, seed) in enumerate(requests):

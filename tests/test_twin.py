@@ -145,6 +145,58 @@ def test_projection_kernels_compute_nn_linear(kernel, monkeypatch):
         assert torch.allclose(linear(x, residual=residual), expected + residual, atol=1e-5)
 
 
+def test_engine_dtypes_map_to_the_twins_precision():
+    from trt_spec.runtime.torch_engine import compute_dtypes
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert compute_dtypes("float16", cpu) == (torch.float32, None)  # float16 weights exactly, in float32
+    assert compute_dtypes("bfloat16", cpu) == (torch.float32, torch.bfloat16)
+    assert compute_dtypes("float16", cuda) == (torch.float16, None)
+    assert compute_dtypes("bfloat16", cuda) == (torch.bfloat16, None)
+    with pytest.raises(ValueError, match="'float32'.*|.*float16, bfloat16"):
+        compute_dtypes("float32", cpu)
+
+
+@pytest.mark.parametrize("kernel", ["onednn", "blas"])
+def test_bfloat16_projections_compute_a_bfloat16_gemm_row_by_row(kernel, monkeypatch):
+    from trt_spec.runtime import torch_engine
+
+    monkeypatch.setattr(torch_engine._Linear, "ONEDNN_MIN_ELEMENTS", 0 if kernel == "onednn" else 1 << 62)
+    torch.manual_seed(0)
+    # from_pretrained hands _Linear weights already rounded to bfloat16
+    weight = torch.randn(96, 64).bfloat16().float()
+    linear = torch_engine._Linear([weight], None, torch.bfloat16)
+    if kernel == "onednn" and linear.packed is None:
+        pytest.skip("this torch build has no oneDNN bfloat16 prepacked linear")
+    x = torch.randn(8, 64)
+    got = linear(x)
+    assert got.dtype == torch.float32
+    # float32 accumulation over bfloat16 operands (oneDNN also rounds its input and result)
+    operand = x.bfloat16().float() if kernel == "onednn" else x
+    expected = operand @ weight.t()
+    torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2)
+    # A row's product does not depend on the rows beside it: on oneDNN bit for bit; MKL's float32
+    # kernel (the weights below oneDNN's size) sums in an order that varies with the row count.
+    tolerance = 0.0 if kernel == "onednn" else 1e-5
+    for rows in (1, 2, 5, 7):
+        torch.testing.assert_close(linear(x[:rows]), got[:rows], rtol=0, atol=tolerance)
+        torch.testing.assert_close(linear(x[rows : rows + 1]), got[rows : rows + 1], rtol=0, atol=tolerance)
+
+
+def test_a_bfloat16_engine_loads_rounded_weights(tmp_path):
+    model = tiny_llama(2, seed=3)
+    model.save_pretrained(tmp_path)
+    engine = TorchCausalLM.from_pretrained(tmp_path, device="cpu", engine_dtype="bfloat16")
+    assert engine.gemm_dtype == torch.bfloat16
+    weight = engine.model.model.layers[0].mlp.up_proj.weight
+    assert weight.dtype == torch.float32
+    assert torch.equal(weight, model.model.layers[0].mlp.up_proj.weight.bfloat16().float())
+    assert TorchCausalLM.from_pretrained(tmp_path, device="cpu").gemm_dtype is None  # float16: float32 as is
+    # greedy decoding at bfloat16 agrees with float32 on a well-separated random model
+    fp32 = TorchCausalLM(model, runner="llama")
+    assert engine.logits(PROMPT, 4).argmax(-1).tolist() == fp32.logits(PROMPT, 4).argmax(-1).tolist()
+
+
 def test_llama_runner_on_onednn_matches_a_full_forward(target_model, monkeypatch):
     from trt_spec.runtime import torch_engine
 

@@ -221,22 +221,29 @@ class TwinPair:
         runner: str = "auto",
         method: methods.Method | None = None,
         lookup: methods.LookupParams = methods.DEFAULT_LOOKUP,
+        engine_dtype: str = "float16",
     ) -> TwinPair:
         """Load the Hugging Face checkpoint directories (``draft_dir`` None: no draft model, for
         prompt lookup); the tokenizer comes from the target's. ``method``: where drafts come from
         (default: ``draft_target`` with a draft, ``prompt_lookup`` without).
 
-        ``runner`` picks the engines' forward pass (see :class:`TorchCausalLM`).
+        ``runner`` picks the engines' forward pass (see :class:`TorchCausalLM`); ``engine_dtype``
+        the precision they run at (the spec's ``engine.dtype``: ``torch_engine.compute_dtypes``).
 
         Raises:
             PairMismatch: the two vocabularies differ in size.
         """
         from transformers import AutoTokenizer
 
-        target = TorchCausalLM.from_pretrained(target_dir, device=device, dtype=dtype, runner=runner)
+        def load(directory: str | Path) -> TorchCausalLM:
+            return TorchCausalLM.from_pretrained(
+                directory, device=device, dtype=dtype, runner=runner, engine_dtype=engine_dtype
+            )
+
+        target = load(target_dir)
         draft = None
         if draft_dir is not None:
-            draft = TorchCausalLM.from_pretrained(draft_dir, device=device, dtype=dtype, runner=runner)
+            draft = load(draft_dir)
             if target.vocab_size != draft.vocab_size:
                 raise PairMismatch(
                     f"the target's vocabulary has {target.vocab_size} tokens and the draft's {draft.vocab_size}; "
@@ -270,6 +277,7 @@ class TwinPair:
             runner=runner,
             method=spec.method,
             lookup=spec.speculative.prompt_lookup.params,
+            engine_dtype=spec.engine.dtype,
         )
 
     def with_method(self, method: methods.Method, lookup: methods.LookupParams | None = None) -> TwinPair:

@@ -84,6 +84,7 @@ class RepositorySettings:
     target: EngineSettings
     draft: EngineSettings | None  # None: the method has no draft model (no tensorrt_llm_draft)
     adaptive_draft: bool = False  # the loop's default when a request does not send adaptive_draft
+    dtype: str = "float16"  # engine.dtype: the engines' precision (the torch flavor's twin runs at it)
     torch_threads: int = 1  # torch flavor: intra-op threads per engine model; 0 = torch's default
     step_costs: StepCosts = DEFAULT_STEP_COSTS  # adaptive K's fixed costs (the flavor's step_costs)
     # Sampled requests verify with the draft's logits (else the target matches tokens; also exact).

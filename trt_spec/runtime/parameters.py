@@ -297,6 +297,7 @@ class TorchEngineParameters(ModelParameters):
 
     role: str  # "target" | "draft"
     hf_model_dir: str  # the Hugging Face checkpoint the twin runs
+    dtype: str  # the spec's engine.dtype: the precision the twin runs at (torch_engine.compute_dtypes)
     max_seq_len: int  # prompt + generated tokens (+ K on the target, as TensorRT-LLM's builder adds)
     max_draft_len: int  # the most draft_input_ids one request may send (0 on the draft)
     torch_threads: int  # intra-op threads; 0 = torch's default

@@ -14,6 +14,10 @@ Two runners do the forward pass over the model's own weights:
 - :class:`HFRunner` for any other causal LM: the model's own ``forward`` with transformers'
   ``DynamicCache`` (cropped with ``DynamicCache.crop``).
 
+Precision follows the spec's ``engine.dtype`` (:func:`compute_dtypes`): on a GPU the model runs in
+it; a CPU has no fast float16 kernels, so float16 runs in float32 (its weights exactly) and
+bfloat16 as bfloat16 matrix products inside a float32 forward (:class:`_Linear`).
+
 Works with transformers 4.57 (NVIDIA's TensorRT-LLM container) and 5.x: the API differences (the
 cache argument's name, ``dtype``) are looked up here, once.
 """
@@ -42,6 +46,30 @@ RUNNERS = ("auto", "llama", "hf")  # auto: llama where the model is one, else hf
 _TORCH_VERSION = tuple(int(part) for part in torch.__version__.split(".")[:2])
 _SDPA_HAS_GQA = _TORCH_VERSION >= (2, 5)
 _HAS_FUSED_RMS_NORM = hasattr(F, "rms_norm")
+ENGINE_DTYPES = ("float16", "bfloat16")  # the spec's engine.dtype
+
+
+def compute_dtypes(engine_dtype: str, device: torch.device) -> tuple[torch.dtype, torch.dtype | None]:
+    """(the dtype the twin computes in, the dtype of its projections' products where it differs)
+    for an engine of ``engine_dtype`` on ``device``.
+
+    On CUDA the twin runs in the engine's dtype. On a CPU float16 runs in float32: float16 weights
+    are exact in float32, and without AVX512-FP16 a float16 matrix product is ~10x slower.
+    bfloat16 runs as the engine's GEMMs do (bfloat16 weights and inputs, float32 accumulation, a
+    bfloat16 result) inside a float32 forward: attention, norms, residuals and sampling stay
+    float32. The weights are read in half the bytes, which is what a memory-bound decode step
+    costs (measured on the wide demo target, 8 sequences per step: x1.1-1.3 tokens/s). oneDNN's
+    product of a row does not depend on the other rows (bit for bit, 1 to 64 rows), so a request
+    batched computes what it computes alone, as in float32.
+
+    Raises:
+        ValueError: an engine dtype other than float16 or bfloat16.
+    """
+    if engine_dtype not in ENGINE_DTYPES:
+        raise ValueError(f"engine dtype must be one of {', '.join(ENGINE_DTYPES)}; got {engine_dtype!r}")
+    if device.type == "cuda":
+        return getattr(torch, engine_dtype), None
+    return torch.float32, (torch.bfloat16 if engine_dtype == "bfloat16" else None)
 
 
 class Runner(Protocol):
@@ -82,7 +110,7 @@ class TorchCausalLM:
         model's ``max_position_embeddings``.
     """
 
-    def __init__(self, model: torch.nn.Module, *, runner: str = "auto"):
+    def __init__(self, model: torch.nn.Module, *, runner: str = "auto", gemm_dtype: torch.dtype | None = None):
         if runner not in RUNNERS:
             raise ValueError(f"runner must be one of {', '.join(RUNNERS)}; got {runner!r}")
         self.model = model.eval()
@@ -97,7 +125,10 @@ class TorchCausalLM:
             raise ValueError(f"the llama runner needs a Llama model; this is {text_config.model_type!r}")
         use_llama = runner == "llama" or (runner == "auto" and is_llama)
         self.runner_name = "llama" if use_llama else "hf"
-        self.runner: Runner = LlamaRunner(model, self.max_length) if use_llama else HFRunner(model)
+        # gemm_dtype (bfloat16 on a CPU, compute_dtypes): the Llama runner's projections run in it;
+        # the HF runner computes in the model's dtype over the same rounded weights.
+        self.gemm_dtype = gemm_dtype
+        self.runner: Runner = LlamaRunner(model, self.max_length, gemm_dtype) if use_llama else HFRunner(model)
         self._cached_tokens: list[int] = []
 
     @classmethod
@@ -108,15 +139,21 @@ class TorchCausalLM:
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
         runner: str = "auto",
+        engine_dtype: str = "float16",
     ) -> TorchCausalLM:
-        """Load a checkpoint directory: CUDA in float16 when present, else CPU in float32."""
+        """Load a checkpoint directory on CUDA when present, else on the CPU, at the precision of
+        an ``engine_dtype`` engine (:func:`compute_dtypes`); ``dtype`` overrides the compute dtype."""
         from transformers import AutoModelForCausalLM
 
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        dtype = dtype or (torch.float16 if device.type == "cuda" else torch.float32)
+        compute, gemm = compute_dtypes(engine_dtype, device)
+        dtype = dtype or compute
+        gemm = gemm if dtype == torch.float32 else None
         with _quiet_loading():
-            model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(str(path), **{_dtype_argument(): dtype})
-        return cls(model.to(device), runner=runner)
+            # bfloat16 products: the weights rounded to bfloat16 as the engine's are, then float32
+            loaded = gemm or dtype
+            model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(str(path), **{_dtype_argument(): loaded})
+        return cls(model.to(device, dtype), runner=runner, gemm_dtype=gemm)
 
     @property
     def cached_length(self) -> int:
@@ -253,7 +290,7 @@ class LlamaRunner:
     # Rotary types whose frequencies depend on the sequence length: no fixed table.
     DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
 
-    def __init__(self, model: torch.nn.Module, max_length: int | None):
+    def __init__(self, model: torch.nn.Module, max_length: int | None, gemm_dtype: torch.dtype | None = None):
         # transformers' LlamaConfig, LlamaModel and head: torch types a module's attributes as Tensor | Module.
         config: Any = model.config
         decoder: Any = model.model
@@ -267,7 +304,8 @@ class LlamaRunner:
         self.rotary: torch.nn.Module = decoder.rotary_emb
         self.embed: torch.Tensor = decoder.embed_tokens.weight  # [V, H]
         self.final_norm: torch.Tensor = decoder.norm.weight  # [H]
-        self.lm_head = _Linear([lm_head.weight], None)  # H -> V
+        self.gemm_dtype = gemm_dtype
+        self.lm_head = _Linear([lm_head.weight], None, gemm_dtype)  # H -> V
         self.layers = [_LlamaLayer(layer, self) for layer in decoder.layers]
         self.max_length = max_length
         self._static_rope = getattr(self.rotary, "rope_type", "default") not in self.DYNAMIC_ROPE_TYPES
@@ -388,10 +426,12 @@ class _LlamaLayer:
         self.input_norm: torch.Tensor = layer.input_layernorm.weight
         self.post_attention_norm: torch.Tensor = layer.post_attention_layernorm.weight
         projections = (attention.q_proj, attention.k_proj, attention.v_proj)
-        self.qkv = _Linear([p.weight for p in projections], _fused_bias(projections))  # H -> (heads + 2 kv) d
-        self.o_proj = _Linear([attention.o_proj.weight], attention.o_proj.bias)  # heads d -> H
-        self.gate_up = _Linear([mlp.gate_proj.weight, mlp.up_proj.weight], _fused_bias((mlp.gate_proj, mlp.up_proj)))
-        self.down = _Linear([mlp.down_proj.weight], mlp.down_proj.bias)  # I -> H
+        gemm = runner.gemm_dtype
+        self.qkv = _Linear([p.weight for p in projections], _fused_bias(projections), gemm)  # H -> (heads + 2 kv) d
+        self.o_proj = _Linear([attention.o_proj.weight], attention.o_proj.bias, gemm)  # heads d -> H
+        gate_up = [mlp.gate_proj.weight, mlp.up_proj.weight]
+        self.gate_up = _Linear(gate_up, _fused_bias((mlp.gate_proj, mlp.up_proj)), gemm)
+        self.down = _Linear([mlp.down_proj.weight], mlp.down_proj.bias, gemm)  # I -> H
         # F.silu rather than the module: the module costs a dispatch more
         self.act: Callable[[torch.Tensor], torch.Tensor] = F.silu if runner.hidden_act == "silu" else mlp.act_fn
         self.intermediate_size: int = mlp.gate_proj.weight.shape[0]
@@ -464,25 +504,40 @@ class _Linear:
     emits (PyTorch ``aten/src/ATen/native/mkldnn/Linear.cpp``, ``mkldnn_linear_pointwise``;
     ``MKLDNNConversions.cpp``, ``mkldnn_reorder_linear_weight``), float32 in and out: the
     weights are the checkpoint's, only the order of the sums differs.
+
+    ``gemm_dtype`` bfloat16 (:func:`compute_dtypes`): the product a bfloat16 GEMM computes --
+    bfloat16 input and weights, float32 accumulation, a bfloat16 result -- returned in float32,
+    on oneDNN's bfloat16 kernel (half the weight bytes per row; AVX512-BF16 where the CPU has it).
+    Below that kernel's size (the draft's small projections) the product is float32 over the
+    weights rounded to bfloat16 (:meth:`TorchCausalLM.from_pretrained` loads them so): rounding
+    the activations too would cost more ops than the product itself.
     """
 
     ONEDNN_MIN_ELEMENTS = 1 << 18  # 1 MiB of float32: below it MKL's lower call cost wins
 
-    def __init__(self, weights: list[torch.Tensor], bias: torch.Tensor | None):
+    def __init__(self, weights: list[torch.Tensor], bias: torch.Tensor | None, gemm_dtype: torch.dtype | None = None):
         weight = torch.cat(weights).detach()  # [out, in]; no autograd history to keep
         self.bias = bias
+        self.gemm_dtype = gemm_dtype
         self.packed: torch.Tensor | None = None
         self.input_major: torch.Tensor | None = None
-        if _onednn_suits(weight) and weight.numel() >= self.ONEDNN_MIN_ELEMENTS:
+        if _onednn_suits(weight, gemm_dtype) and weight.numel() >= self.ONEDNN_MIN_ELEMENTS:
             # batch size None: the layout for any row count (a hint of 1 slows 2+ rows ~2x)
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), None)
+            stored = weight if gemm_dtype is None else weight.to(gemm_dtype)
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(stored.contiguous(), None)
+            if bias is not None and gemm_dtype is not None:
+                self.bias = bias.to(gemm_dtype)
         else:
             # input-major: a BLAS runs x @ W about twice as fast as x @ W.T at decoding's row counts
             self.input_major = weight.t().contiguous()  # [in, out]
 
     def __call__(self, hidden: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        gemm = self.gemm_dtype
         if self.packed is not None:
-            out = torch.ops.mkldnn._linear_pointwise(hidden, self.packed, self.bias, "none", [], "")
+            product = torch.ops.mkldnn._linear_pointwise(
+                hidden if gemm is None else hidden.to(gemm), self.packed, self.bias, "none", [], ""
+            )
+            out = product if gemm is None else product.to(hidden.dtype)
             return out if residual is None else out.add_(residual)
         assert self.input_major is not None
         if self.bias is None:
@@ -493,16 +548,17 @@ class _Linear:
         return torch.addmm(addend, hidden, self.input_major)
 
 
-def _onednn_suits(weight: torch.Tensor) -> bool:
-    """float32 on a CPU, with torch built with oneDNN and its prepacked-linear ops present."""
+def _onednn_suits(weight: torch.Tensor, gemm_dtype: torch.dtype | None = None) -> bool:
+    """float32 on a CPU, with torch built with oneDNN and its prepacked-linear ops present (and,
+    for bfloat16 products, oneDNN's bfloat16 support)."""
     if weight.device.type != "cpu" or weight.dtype != torch.float32 or not torch.backends.mkldnn.is_available():
         return False
     try:
         torch.ops.mkldnn._reorder_linear_weight  # noqa: B018 (a lookup: raises where the op is absent)
         torch.ops.mkldnn._linear_pointwise  # noqa: B018
+        return gemm_dtype != torch.bfloat16 or bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
-    return True
 
 
 def _attention(

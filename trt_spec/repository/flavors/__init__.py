@@ -222,6 +222,7 @@ def settings_from_plan(
         max_input_len=spec.engine.max_input_len,
         max_seq_len=spec.engine.max_seq_len,
         max_draft_len=spec.num_draft_tokens,
+        dtype=spec.engine.dtype,
         default_num_draft_tokens=spec.num_draft_tokens,
         acceptance=spec.speculative.acceptance,
         vocab_size=plan.target.model.vocab_size,

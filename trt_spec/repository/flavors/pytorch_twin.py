@@ -54,6 +54,7 @@ class TorchFlavor(Flavor):
             TorchEngineParameters(
                 role=role,
                 hf_model_dir=engine.hf_model_dir or "",
+                dtype=settings.dtype,
                 max_seq_len=settings.max_seq_len + (settings.max_draft_len if role == "target" else 0),
                 max_draft_len=settings.max_draft_len if role == "target" else 0,
                 torch_threads=settings.torch_threads,

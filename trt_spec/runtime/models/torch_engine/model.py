@@ -49,7 +49,7 @@ class TritonPythonModel:
         self.gate = DrainGate(self.name)  # while serve drains, only the loop's calls are served
         if parameters.torch_threads > 0:
             torch.set_num_threads(parameters.torch_threads)
-        engine = TorchCausalLM.from_pretrained(parameters.hf_model_dir)
+        engine = TorchCausalLM.from_pretrained(parameters.hf_model_dir, engine_dtype=parameters.dtype)
         self.engine = TwinEngine(
             engine,
             parameters.role,
