@@ -339,7 +339,17 @@ def test_a_measured_schedule_is_a_step_function_of_load_down_to_plain_decoding()
     losing = MeasuredSchedule(
         url="u", method="draft_target", temperature=0, prompts=1, max_new_tokens=8, points=[point(1, k4=0.9)]
     )
-    assert losing.loop_schedule(spec_k=4, max_batch_size=4) == ()  # no K pays alone: no schedule
+    assert losing.loop_schedule(spec_k=4, max_batch_size=4) == ()  # nothing measured lowers the spec's K
+    # No K paid alone (a noisy figure, or the user's call), but load measured plain decoding faster.
+    noisy = MeasuredSchedule(
+        url="u",
+        method="draft_target",
+        temperature=0,
+        prompts=1,
+        max_new_tokens=8,
+        points=[point(1, k4=0.99), point(2, k4=1.1), point(3, k2=0.8, k4=0.7)],
+    )
+    assert noisy.loop_schedule(spec_k=4, max_batch_size=5) == (4, 4, 0, 0, 0)
     with pytest.raises(ValueError, match="must start at 1 request in flight"):
         MeasuredSchedule(
             url="u", method="draft_target", temperature=0, prompts=1, max_new_tokens=8, points=[point(4, k4=1.2)]

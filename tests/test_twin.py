@@ -183,6 +183,28 @@ def test_bfloat16_projections_compute_a_bfloat16_gemm_row_by_row(kernel, monkeyp
         torch.testing.assert_close(linear(x[rows : rows + 1]), got[rows : rows + 1], rtol=0, atol=tolerance)
 
 
+@pytest.mark.parametrize("gemm_dtype", [None, torch.bfloat16])
+def test_one_row_alone_is_computed_as_in_a_batch(gemm_dtype):
+    from trt_spec.runtime import torch_engine
+
+    # The wide demo target's down projection: oneDNN's one-row kernel sums its 1376 inputs in
+    # another order than its batched one (float32: ~1 element in 40 differs in the last bit).
+    torch.manual_seed(0)
+    weight = torch.randn(512, 1376) * 0.05
+    if gemm_dtype is not None:
+        weight = weight.bfloat16().float()
+    linear = torch_engine._Linear([weight], None, gemm_dtype)
+    if linear.packed is None:
+        pytest.skip("this torch build has no oneDNN prepacked linear")
+    assert linear.one_row_as_two  # the probe found it
+    x = torch.randn(64, 1376) * torch.exp2(torch.randint(-8, 9, (64, 1376)).float())
+    batched = linear(x)
+    for row in range(64):
+        assert torch.equal(linear(x[row : row + 1]), batched[row : row + 1]), row
+    # a shape whose one-row kernel agrees keeps it
+    assert not torch_engine._Linear([torch.randn(1024, 512)], None, gemm_dtype).one_row_as_two
+
+
 def test_a_bfloat16_engine_loads_rounded_weights(tmp_path):
     model = tiny_llama(2, seed=3)
     model.save_pretrained(tmp_path)

@@ -158,12 +158,19 @@ class MeasuredSchedule(_Strict):
         projected schedule (:func:`~trt_spec.plan.projection.loop_schedule`) applied to the measured
         best K per load: the spec's K while load leaves it where it is for one request, the measured
         best (at most the spec's K, the engine's max_draft_len) where load lowers it, 0 where plain
-        decoding was faster."""
+        decoding was faster.
+
+        Where no K beat plain decoding for one request, K alone stays the spec's (the user's call,
+        which ``check --tuning`` questions), and loads measured to favour plain decoding or a
+        smaller K still get it: one request's figure is the noisiest of the measurement, and the
+        loads' are what a server under load runs. () where that leaves the spec's K everywhere."""
         steps = []
         for in_flight in range(1, max_batch_size + 1):
             point = [point for point in self.points if point.in_flight <= in_flight][-1]
-            steps.append(ScheduleStep(in_flight, point.best_k, point.speedups.get(point.best_k, 1.0)))
-        return loop_schedule(steps, spec_k)
+            k = point.best_k or (spec_k if point.in_flight == 1 else 0)
+            steps.append(ScheduleStep(in_flight, k, point.speedups.get(k, 1.0)))
+        runs = loop_schedule(steps, spec_k)
+        return () if all(k == spec_k for k in runs) else runs
 
     def render(self, spec_k: int, max_batch_size: int) -> list[str]:
         lines = [
@@ -180,7 +187,7 @@ class MeasuredSchedule(_Strict):
         lines.append(
             f"  the loop model (torch flavor, repo --tuning) runs K {' '.join(map(str, runs))} for 1..{len(runs)} in flight"
             if runs
-            else f"  no K beat plain decoding for one request: the loop keeps the spec's K {spec_k} at any load"
+            else f"  the loop keeps the spec's K {spec_k} at any load (no load measured lowers it)"
         )
         return lines
 

@@ -58,9 +58,10 @@ def compute_dtypes(engine_dtype: str, device: torch.device) -> tuple[torch.dtype
     bfloat16 runs as the engine's GEMMs do (bfloat16 weights and inputs, float32 accumulation, a
     bfloat16 result) inside a float32 forward: attention, norms, residuals and sampling stay
     float32. The weights are read in half the bytes, which is what a memory-bound decode step
-    costs (measured on the wide demo target, 8 sequences per step: x1.1-1.3 tokens/s). oneDNN's
-    product of a row does not depend on the other rows (bit for bit, 1 to 64 rows), so a request
-    batched computes what it computes alone, as in float32.
+    costs. Every operation of the Llama runner computes a row as it would beside any other rows
+    (:class:`_Linear`, :func:`_by_row_blocks`), so a request batched computes what it computes
+    alone bit for bit, which bfloat16 needs: its roundings turn a last-bit difference into one
+    that can change a token.
 
     Raises:
         ValueError: an engine dtype other than float16 or bfloat16.
@@ -474,7 +475,7 @@ class _LlamaLayer:
 
         normed = _rms_norm(hidden, self.post_attention_norm, runner.eps)
         gate, up = self.gate_up(normed).split(self.intermediate_size, dim=-1)
-        return self.down(self.act(gate) * up, residual=hidden)  # [rows, H]
+        return self.down(_by_row_blocks(self.act, gate) * up, residual=hidden)  # [rows, H]
 
 
 @dataclass(frozen=True)
@@ -505,6 +506,15 @@ class _Linear:
     ``MKLDNNConversions.cpp``, ``mkldnn_reorder_linear_weight``), float32 in and out: the
     weights are the checkpoint's, only the order of the sums differs.
 
+    A row's product on oneDNN does not depend on the rows beside it (bit for bit, 2 to 300 rows,
+    either dtype, measured on the wide target's shapes), except that for some shapes (its
+    1376-wide down projection; 2048 wide too) one row alone takes a kernel that sums in another
+    order. Such a projection, found by a probe when it is built (:func:`_one_row_sums_apart`),
+    runs one row as two, so a request decoding alone computes what it computes in a batch; the
+    others keep the one-row kernel, 10-25% cheaper. bfloat16 needs this most: the result's
+    rounding turns a last-bit difference into a visible one (1 element in ~20,000 here), which
+    changed 2 of 16 greedy completions under load before.
+
     ``gemm_dtype`` bfloat16 (:func:`compute_dtypes`): the product a bfloat16 GEMM computes --
     bfloat16 input and weights, float32 accumulation, a bfloat16 result -- returned in float32,
     on oneDNN's bfloat16 kernel (half the weight bytes per row; AVX512-BF16 where the CPU has it).
@@ -520,11 +530,13 @@ class _Linear:
         self.bias = bias
         self.gemm_dtype = gemm_dtype
         self.packed: torch.Tensor | None = None
+        self.one_row_as_two = False
         self.input_major: torch.Tensor | None = None
         if _onednn_suits(weight, gemm_dtype) and weight.numel() >= self.ONEDNN_MIN_ELEMENTS:
             # batch size None: the layout for any row count (a hint of 1 slows 2+ rows ~2x)
             stored = weight if gemm_dtype is None else weight.to(gemm_dtype)
             self.packed = torch.ops.mkldnn._reorder_linear_weight(stored.contiguous(), None)
+            self.one_row_as_two = _one_row_sums_apart(self.packed, weight.shape[1], stored.dtype)
             if bias is not None and gemm_dtype is not None:
                 self.bias = bias.to(gemm_dtype)
         else:
@@ -534,9 +546,13 @@ class _Linear:
     def __call__(self, hidden: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         gemm = self.gemm_dtype
         if self.packed is not None:
-            product = torch.ops.mkldnn._linear_pointwise(
-                hidden if gemm is None else hidden.to(gemm), self.packed, self.bias, "none", [], ""
-            )
+            operand = hidden if gemm is None else hidden.to(gemm)
+            one_row = self.one_row_as_two and operand.shape[0] == 1
+            if one_row:  # see the class docstring
+                operand = operand.expand(2, -1).contiguous()
+            product = torch.ops.mkldnn._linear_pointwise(operand, self.packed, self.bias, "none", [], "")
+            if one_row:
+                product = product[:1]
             out = product if gemm is None else product.to(hidden.dtype)
             return out if residual is None else out.add_(residual)
         assert self.input_major is not None
@@ -559,6 +575,39 @@ def _onednn_suits(weight: torch.Tensor, gemm_dtype: torch.dtype | None = None) -
         return gemm_dtype != torch.bfloat16 or bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+def _one_row_sums_apart(packed: torch.Tensor, in_features: int, dtype: torch.dtype, rows: int = 32) -> bool:
+    """Whether oneDNN's product of one row alone differs from the same row's in a batch, for this
+    packed weight. The probe's rows span 2^-12..2^12 in magnitude, so that the order of the sums
+    shows in the result even after bfloat16 rounding."""
+    generator = torch.Generator().manual_seed(0)
+    scale = torch.exp2(torch.randint(-12, 13, (rows, in_features), generator=generator).float())
+    probe = (torch.randn(rows, in_features, generator=generator) * scale).to(dtype)
+    batched = torch.ops.mkldnn._linear_pointwise(probe, packed, None, "none", [], "")
+    return any(
+        not torch.equal(
+            torch.ops.mkldnn._linear_pointwise(probe[i : i + 1], packed, None, "none", [], ""), batched[i : i + 1]
+        )
+        for i in range(rows)
+    )
+
+
+# at::internal::GRAIN_SIZE (ATen/Parallel.h): an elementwise op over fewer elements runs on one thread.
+_ELEMENTWISE_GRAIN = 32768
+
+
+def _by_row_blocks(op: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+    """``op(rows)`` for an elementwise ``op`` with a transcendental (SiLU's exp), computed so that a
+    row's result does not depend on the rows beside it. Over more than ``_ELEMENTWISE_GRAIN``
+    elements ATen splits the range between threads where the row count puts the split, and each
+    part's tail runs the scalar exp instead of the vectorized one (1 ulp apart): a batched request
+    then differs from itself alone in the last bit, which a bfloat16 GEMM's input rounding can
+    carry into its tokens. Blocks of rows under the grain run on one thread, each row alike."""
+    block = max(1, _ELEMENTWISE_GRAIN // max(1, rows.shape[-1]))
+    if rows.shape[0] <= block:
+        return op(rows)
+    return torch.cat([op(part) for part in rows.split(block)])
 
 
 def _attention(
