@@ -353,19 +353,20 @@ class LlamaRunner:
         same weights): sequence i's ``new_tokens[i]`` ``[n_i]`` at positions starts[i].. after its
         cache; returns its logits ``[num_logits[i], V]``. The projections, MLP and head run once
         over all the rows (the weights are read once per step, as an in-flight batch on a GPU);
-        attention runs per sequence over its own cache."""
+        attention runs per sequence over its own cache (:class:`_Segment`)."""
         first = runners[0]
         segments = []
         row = 0
-        for runner, tokens, start in zip(runners, new_tokens, starts):
+        for runner, tokens, start, count in zip(runners, new_tokens, starts, num_logits):
             num_new = tokens.shape[0]
             end = start + num_new
             runner._reserve(end)
-            # A new token attends to the cache and to the new tokens up to itself.
+            context = num_new - min(count, num_new)
+            # A context row attends to the cache and to the new tokens up to itself.
             mask = None
-            if num_new > 1:
-                mask = torch.ones(num_new, end, dtype=torch.bool, device=first.embed.device).tril(start)  # [n, end]
-            segments.append(_Segment(runner, row, row + num_new, start, end, mask))
+            if context > 1:
+                mask = torch.ones(context, start + context, dtype=torch.bool, device=first.embed.device).tril(start)
+            segments.append(_Segment(runner, row, row + num_new, start, end, context, mask))
             row += num_new
         tokens = new_tokens[0] if len(new_tokens) == 1 else torch.cat(list(new_tokens))  # [rows]
         hidden = F.embedding(tokens, first.embed)  # [rows, H]
@@ -459,14 +460,19 @@ class _LlamaLayer:
             keys, values = segment.runner._keys[index], segment.runner._values[index]  # [kv_heads, capacity, d]
             keys[:, segment.start : segment.end] = rotated[rows, heads:].transpose(0, 1)
             values[:, segment.start : segment.end] = qkv[rows, heads + kv_heads :].transpose(0, 1)
-            end = segment.end
-            if segment.mask is None:  # one row: three small ops cost less than SDPA's setup (~0.1 ms)
-                query = rotated[segment.rows_start, :heads].view(kv_heads, heads // kv_heads, runner.head_dim)
+            if segment.context:  # [heads, context, d]
+                context_rows = slice(segment.rows_start, segment.rows_start + segment.context)
+                context_end = segment.start + segment.context
+                query = rotated[context_rows, :heads].transpose(0, 1)[None]  # [1, heads, context, d]
+                keys_to, values_to = keys[None, :, :context_end], values[None, :, :context_end]
+                attended_parts.append(_attention(query, keys_to, values_to, segment.mask)[0])
+            for offset in range(segment.context, segment.rows_end - segment.rows_start):
+                # a scored row alone, over the cache up to itself: three small ops cost less than
+                # SDPA's setup (~0.1 ms), and a token is computed alike in a decode and a verification
+                end = segment.start + offset + 1
+                query = rotated[segment.rows_start + offset, :heads].view(kv_heads, heads // kv_heads, runner.head_dim)
                 weights = torch.bmm(query, keys[:, :end].transpose(1, 2)).mul_(runner.scale).softmax(dim=-1)
                 attended_parts.append(torch.bmm(weights, values[:, :end]).view(heads, 1, runner.head_dim))
-                continue
-            query = rotated[rows, :heads].transpose(0, 1)[None]  # [1, heads, n, d]
-            attended_parts.append(_attention(query, keys[None, :, :end], values[None, :, :end], segment.mask)[0])
         attended = (
             attended_parts[0] if len(attended_parts) == 1 else torch.cat(attended_parts, dim=1)
         )  # [heads, rows, d]
@@ -481,13 +487,22 @@ class _LlamaLayer:
 @dataclass(frozen=True)
 class _Segment:
     """One sequence's part of a batched forward: its runner (cache), its rows of the batch, the
-    positions start..end-1 they take, and their causal mask (None for one row)."""
+    positions start..end-1 they take, how many of them (the first) are context, and the causal
+    mask of those (None for fewer than two).
+
+    Context rows (a prompt, a chunk of one) attend together in one scaled-dot-product attention.
+    The rows whose logits are asked for (the last prompt row; a verification's K + 1; a decode's
+    one) attend one by one, each by the same three operations: SDPA's result for a row depends on
+    how many rows it runs with (in the last bit), so a token verified among K + 1 rows would
+    otherwise differ from the same token decoded alone -- which a bfloat16 GEMM's input rounding
+    carries, now and then, into a different greedy token (2 of 16 completions at bfloat16, before)."""
 
     runner: LlamaRunner
     rows_start: int
     rows_end: int
     start: int
     end: int
+    context: int
     mask: torch.Tensor | None
 
 
