@@ -142,10 +142,13 @@ def spec_at_dtype(spec: Path, dtype: str, workdir: Path) -> Path:
     return out
 
 
-def trtspec_command(config: str, workdir: Path, port: int, tuning: Path | None, dtype: str) -> list[str]:
+def trtspec_command(
+    config: str, workdir: Path, port: int, tuning: Path | None, dtype: str, torch_threads: int
+) -> list[str]:
     repo = workdir / f"repo-{config}"
     if not repo.exists():
         extra = ["--tuning", str(tuning)] if tuning and config == "trtspec-draft" else []
+        extra += ["--torch-threads", str(torch_threads)]
         spec = spec_at_dtype(TRT_SPECS[config], dtype, workdir)
         subprocess.run(
             [TRT_SPEC_CLI, "repo", "--spec", str(spec), "-o", str(repo), *extra],
@@ -181,7 +184,8 @@ def tune_schedule(workdir: Path, port: int, args: argparse.Namespace) -> Path:
     ``--k`` and 2..16 requests in flight; the report, for ``repo --tuning``."""
     spec = spec_at_dtype(TRT_SPECS["trtspec-draft"], args.dtype, workdir)
     repo, report = workdir / "repo-untuned", workdir / "tuning.json"
-    subprocess.run([TRT_SPEC_CLI, "repo", "--spec", str(spec), "-o", str(repo)], check=True, stdout=subprocess.DEVNULL)
+    repo_argv = [TRT_SPEC_CLI, "repo", "--spec", str(spec), "-o", str(repo), "--torch-threads", str(args.torch_threads)]
+    subprocess.run(repo_argv, check=True, stdout=subprocess.DEVNULL)
     in_flight = sorted({2, 3, 4, 8, 16} | {streams for streams in args.streams if streams > 1})
     with serving(serve_command(repo, port), dict(os.environ), workdir / "tune-server.log") as process:
         wait_ready(f"http://127.0.0.1:{port}/v1", process)
@@ -237,6 +241,12 @@ def main() -> None:
         "its K schedule by requests in flight)",
     )
     parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="trt-spec repo --torch-threads: intra-op threads per engine model (vLLM uses every core)",
+    )
+    parser.add_argument(
         "--tune",
         action="store_true",
         help="measure trtspec-draft's K schedule first (trt-spec tune --url on its own server) and serve with it",
@@ -263,7 +273,7 @@ def main() -> None:
                 if config == "trtspec-draft" and args.tune:
                     args.tuning = tune_schedule(Path(tmp), port, args)
                     tuning_report = json.loads(args.tuning.read_text())
-                argv = trtspec_command(config, Path(tmp), port, args.tuning, args.dtype)
+                argv = trtspec_command(config, Path(tmp), port, args.tuning, args.dtype, args.torch_threads)
                 env = dict(os.environ)
             url = f"http://127.0.0.1:{port}/v1"
             with serving(argv, env, Path(tmp) / f"{config}.log") as process:
@@ -308,6 +318,7 @@ def main() -> None:
                                          "k": args.k, "prompts": str(args.prompts),
                                          "tuning": str(args.tuning) if args.tuning and not args.tune else None,
                                          "tuning_report": tuning_report, "dtype": args.dtype,
+                                         "torch_threads": args.torch_threads,
                                          "greedy_equal_to_plain": same_as_plain,
                                          "greedy_unequal_under_load": unequal_under_load}, indent=2))  # fmt: skip
 
