@@ -149,3 +149,34 @@ def test_init_writes_a_valid_annotated_spec(tmp_path):
     assert spec.num_draft_tokens == 5
     again = runner.invoke(main, ["init", "-o", str(out)])
     assert again.exit_code == 1 and "--force" in again.output
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--spec", str(EXAMPLES / "llama70b-1b-4xh100.yaml"), "--json"],
+        ["plan", "--spec", str(EXAMPLES / "llama70b-1b-4xh100.yaml")],
+        ["check", "--spec", str(EXAMPLES / "pystdlib-wide.yaml"), "--json"],
+        ["--help"],
+    ],
+    ids=["plan-json", "plan", "check-json", "help"],
+)
+def test_a_closed_stdout_ends_the_command_quietly(argv):
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write (`trt-spec plan --json | true`)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", "from trt_spec.cli import main; main()", *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert result.stderr == ""  # no "internal error: BrokenPipeError", no "Exception ignored"
+    assert result.returncode == 1  # Click's status for a broken pipe

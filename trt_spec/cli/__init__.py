@@ -1,7 +1,8 @@
 """The ``trt-spec`` command line: a Click group of thin commands, one module per topic.
 
 Library errors (``TrtSpecError``) become one line on stderr and exit code 1; any other
-exception too, with a hint. ``TRT_SPEC_DEBUG=1`` shows the traceback instead.
+exception too, with a hint. ``TRT_SPEC_DEBUG=1`` shows the traceback instead. A closed stdout
+(``trt-spec plan --json | head``) ends the command quietly, as it ends other Unix tools.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ class _Group(click.Group):
             raise click.ClickException(str(exc)) from None
         except KeyboardInterrupt:
             raise click.exceptions.Abort() from None
+        except BrokenPipeError:
+            # The reader went away: Click's own handler stops quietly (no message, exit 1) and keeps
+            # the interpreter's last flush of stdout from raising again.
+            raise
         except Exception as exc:  # last resort: one line, not a traceback
             if os.environ.get("TRT_SPEC_DEBUG") == "1":
                 raise
