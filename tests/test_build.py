@@ -21,7 +21,7 @@ from trt_spec.errors import BuildStepFailed, CheckpointMissing, ToolchainMissing
 from trt_spec.plan import make_plan
 from trt_spec.spec import load_spec, parse_spec
 
-HOPPER = Toolchain("1.2.0", "10.13.0", (Gpu("NVIDIA H100 80GB HBM3", "9.0", 81559),))
+HOPPER = Toolchain("1.2.1", "10.13.0", (Gpu("NVIDIA H100 80GB HBM3", "9.0", 81559),))
 
 FAKE_TRTLLM_BUILD = textwrap.dedent(
     """\
@@ -97,7 +97,7 @@ def test_builds_both_engines_with_the_planned_argv_and_a_manifest(workdir):
     assert manifest["role"] == "target"
     assert manifest["spec_hash"] == plan.spec.content_hash()
     assert manifest["argv"] == list(plan.target.build_argv)
-    assert manifest["tensorrt_llm_version"] == "1.2.0" and manifest["tensorrt_version"] == "10.13.0"
+    assert manifest["tensorrt_llm_version"] == "1.2.1" and manifest["tensorrt_version"] == "10.13.0"
     assert manifest["gpu"] == {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "memory_mib": 81559}
     assert len(manifest["checkpoint_hash"]) == 64 and len(manifest["build_key"]) == 64
     assert manifest["engine_files"] == {"rank0.engine": len(b"not a real engine")}
@@ -150,7 +150,7 @@ def test_engine_for_another_compute_capability_is_not_reused(workdir):
 
 
 def test_non_hopper_gpu_is_refused(workdir):
-    ampere = Toolchain("1.2.0", "10.13.0", (Gpu("NVIDIA A100-SXM4-80GB", "8.0", 81920),))
+    ampere = Toolchain("1.2.1", "10.13.0", (Gpu("NVIDIA A100-SXM4-80GB", "8.0", 81920),))
     with pytest.raises(ToolchainMissing, match=r"A100.*compute capability 8.0.*sm_90"):
         build_engines(demo_plan(), ampere, convert=fake_convert)
     assert recorded(workdir) == []
@@ -210,6 +210,21 @@ def test_cli_build_without_toolchain_is_one_clear_line(workdir, monkeypatch):
         "Error: cannot build here: the tensorrt_llm package is not installed; `trt-spec build --dry-run` shows the commands"
     ]
     assert recorded(workdir) == []
+
+
+@pytest.mark.parametrize("installed", ["1.2.0", "1.2.1rc1", "1.3.0rc20", "1.1.0"])
+def test_a_tensorrt_llm_that_cannot_build_is_refused_with_the_reason_and_fix(monkeypatch, installed):
+    monkeypatch.setattr(
+        build_lib, "installed_versions", lambda: {"tensorrt_llm_version": installed, "tensorrt_version": "10.13.0"}
+    )
+    with pytest.raises(ToolchainMissing) as caught:
+        build_lib.probe_toolchain()
+    message = str(caught.value)
+    assert f"tensorrt_llm {installed}" in message and "tensorrt_llm==1.2.1" in message
+    if installed.startswith("1.2."):
+        assert "older than 1.2.1" in message and "KV-cache corruption" in message
+    else:
+        assert "not of the 1.2.x release line" in message
 
 
 def test_real_probe_on_this_machine_names_what_is_missing():

@@ -564,6 +564,16 @@ def test_every_flavor_has_a_launcher_and_an_image():
     assert images.TRTLLM_RELEASE_IMAGE.ref.endswith(f":{images.TRTLLM_RELEASE_IMAGE.trtllm_version}")
 
 
+def test_the_default_engine_image_carries_a_tensorrt_llm_trt_spec_serves():
+    from trt_spec.engines.versions import trtllm_version_problem
+
+    # The tensorrtllm flavor's default image serves engines built in it: 1.2.1 or a later 1.2.x
+    # (engines/versions.py, MIN_TRTLLM: the chunked-context KV-cache reuse fix).
+    assert images.TRTLLM_IMAGE.trtllm_version is not None
+    assert trtllm_version_problem(images.TRTLLM_IMAGE.trtllm_version) is None
+    assert trtllm_version_problem("1.2.0") is not None  # the check itself refuses what came before
+
+
 def test_deploy_compares_no_flavor_name():
     """Issue 21's rule: deploy asks the Flavor objects (launcher, needs_gpus), it names no flavor."""
     for path in (ROOT / "trt_spec" / "deploy").glob("*.py"):

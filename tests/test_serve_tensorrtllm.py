@@ -29,7 +29,7 @@ from trt_spec.serving.trtllm import EngineModel, check_engines, engine_models, o
 from trt_spec.spec import load_spec
 
 TRT_SPEC = str(Path(sys.executable).parent / "trt-spec")
-BUILT_WITH = {"tensorrt_llm_version": "1.2.0", "tensorrt_version": "10.13.3.9"}
+BUILT_WITH = {"tensorrt_llm_version": "1.2.1", "tensorrt_version": "10.13.3.9"}
 
 FAKE_MPIRUN = textwrap.dedent(
     """\
@@ -195,7 +195,7 @@ def test_engines_built_with_the_runtime_versions_pass(tmp_path):
 @pytest.mark.parametrize(
     ("key", "runtime_value", "label"),
     [
-        ("tensorrt_llm_version", "1.2.1", "TensorRT-LLM"),
+        ("tensorrt_llm_version", "1.2.2", "TensorRT-LLM"),
         ("tensorrt_version", "10.14.1.48", "TensorRT"),
     ],
 )
@@ -210,6 +210,17 @@ def test_another_version_is_refused_naming_model_versions_and_fix(tmp_path, key,
     assert "make build-engines" in message and "trt-spec build --spec F" in message
     assert "\n" not in message
     assert caught.value.engine_versions[key] == BUILT_WITH[key] and caught.value.runtime_versions[key] == runtime_value
+
+
+@pytest.mark.parametrize("built_with", ["1.2.0", "1.2.1rc2", "1.2.0rc8"])
+def test_engines_built_before_1_2_1_are_refused_with_the_reason(tmp_path, built_with):
+    engine = {**BUILT_WITH, "tensorrt_llm_version": built_with}
+    models = _models(tmp_path, manifest=engine)
+    with pytest.raises(EngineVersionMismatch) as caught:
+        check_engines(models, dict(engine))  # the runtime that built them: the same release
+    message = str(caught.value)
+    assert f"TensorRT-LLM {built_with}" in message and "older than 1.2.1" in message
+    assert "KV-cache corruption with chunked context" in message and "trt-spec build --spec F" in message
 
 
 def test_a_missing_engine_dir_names_the_path_and_engines_mount(tmp_path):
@@ -239,12 +250,12 @@ def test_a_runtime_without_the_packages_gets_one_warning_naming_the_needed_versi
     warnings = check_engines(_models(tmp_path), {"tensorrt_llm_version": None, "tensorrt_version": None})
     assert len(warnings) == 1
     assert "tensorrt_llm and tensorrt" in warnings[0]
-    assert "TensorRT-LLM 1.2.0" in warnings[0] and "TensorRT 10.13.3.9" in warnings[0]
+    assert "TensorRT-LLM 1.2.1" in warnings[0] and "TensorRT 10.13.3.9" in warnings[0]
 
 
 def test_a_known_half_of_the_runtime_is_still_compared(tmp_path):
     with pytest.raises(EngineVersionMismatch):
-        check_engines(_models(tmp_path), {"tensorrt_llm_version": "1.2.1", "tensorrt_version": None})
+        check_engines(_models(tmp_path), {"tensorrt_llm_version": "1.2.2", "tensorrt_version": None})
 
 
 # --- the launch ---------------------------------------------------------------------------------------
@@ -318,12 +329,12 @@ def test_engine_models_without_mpirun_get_one_clear_error(tmp_path, monkeypatch,
 
 def test_cli_refuses_engines_of_another_version_before_starting_anything(tmp_path, monkeypatch, fake_bin):
     repo = _engine_repo(tmp_path, monkeypatch)
-    monkeypatch.setattr(orchestration, "installed_versions", lambda: {**BUILT_WITH, "tensorrt_llm_version": "1.2.1"})
+    monkeypatch.setattr(orchestration, "installed_versions", lambda: {**BUILT_WITH, "tensorrt_llm_version": "1.2.2"})
     result = CliRunner().invoke(main, ["serve", "--repo", str(repo)])
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"Error: model {T.TARGET}:")
-    assert "TensorRT-LLM 1.2.0" in lines[0] and "TensorRT-LLM 1.2.1" in lines[0]
+    assert "TensorRT-LLM 1.2.1" in lines[0] and "TensorRT-LLM 1.2.2" in lines[0]
     assert _records(fake_bin) == []  # nothing was launched
 
 
@@ -384,7 +395,7 @@ def test_cli_serves_engine_models_in_orchestrator_mode(tmp_path, monkeypatch, fa
             process.kill()
             process.wait()
     if all(version is None for version in installed_versions().values()):
-        assert "warning: cannot compare the engines' versions" in stderr and "TensorRT-LLM 1.2.0" in stderr
+        assert "warning: cannot compare the engines' versions" in stderr and "TensorRT-LLM 1.2.1" in stderr
     mpirun, tritonserver = _records(fake_bin)
     assert mpirun["tool"] == "mpirun" and tritonserver["tool"] == "tritonserver"
     assert mpirun["argv"][:4] == ["--allow-run-as-root", "-n", "1", str(fake_bin.parent / "bin" / "tritonserver")]

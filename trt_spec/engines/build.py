@@ -22,7 +22,7 @@ from typing import Any
 from trt_spec import __version__, atomic
 from trt_spec.engines.convert import convert_checkpoint
 from trt_spec.engines.manifest import MANIFEST, MANIFEST_SCHEMA, build_key, read_json, read_manifest
-from trt_spec.engines.versions import SUPPORTED_TRTLLM, installed_versions
+from trt_spec.engines.versions import MIN_TRTLLM, installed_versions, trtllm_version_problem
 from trt_spec.errors import BuildStepFailed, CheckpointMissing, ToolchainMissing
 from trt_spec.layout import logs_dir
 from trt_spec.plan import EnginePlan, Plan
@@ -71,15 +71,16 @@ def probe_toolchain() -> Toolchain:
     Raises:
         ToolchainMissing: naming what is missing, and that ``--dry-run`` shows the commands.
     """
-    hint = "engines are built on a GPU machine with TensorRT-LLM 1.2.x (e.g. NVIDIA's Triton TensorRT-LLM container); `trt-spec build --dry-run` shows the commands"
+    hint = "engines are built on a GPU machine with TensorRT-LLM 1.2.1 or a later 1.2.x (e.g. NVIDIA's Triton TensorRT-LLM container); `trt-spec build --dry-run` shows the commands"
     versions = installed_versions()
     trtllm_version = versions["tensorrt_llm_version"]
     if trtllm_version is None:
         raise ToolchainMissing(f"cannot build here: the tensorrt_llm package is not installed; {hint}")
-    if not trtllm_version.startswith(SUPPORTED_TRTLLM):
+    problem = trtllm_version_problem(trtllm_version)
+    if problem is not None:
         raise ToolchainMissing(
-            f"cannot build here: tensorrt_llm {trtllm_version} is installed, but trt-spec builds "
-            f"TensorRT engines with the {SUPPORTED_TRTLLM}x release line (later releases removed that path); {hint}"
+            f"cannot build here: {problem}; install tensorrt_llm {MIN_TRTLLM} or a later 1.2.x "
+            f"(pip install tensorrt_llm=={MIN_TRTLLM}, or NVIDIA's container that carries it); {hint}"
         )
     tensorrt_version = versions["tensorrt_version"]
     if tensorrt_version is None:

@@ -47,7 +47,7 @@ from pathlib import Path
 from google.protobuf import text_format
 
 from trt_spec.engines.manifest import MANIFEST, read_manifest
-from trt_spec.engines.versions import VERSION_PACKAGES
+from trt_spec.engines.versions import MIN_TRTLLM, VERSION_PACKAGES, trtllm_version_problem
 from trt_spec.errors import EngineNotFoundError, EngineVersionMismatch, RepositoryError
 from trt_spec.repository.configs import read_config
 
@@ -120,14 +120,16 @@ def check_engines(
     """Can ``runtime`` load these models' engines? Returns warnings for the caller to show.
 
     Every engine directory must exist here. With ``compare_versions``, each must also hold
-    ``manifest.json`` whose ``tensorrt_llm_version`` and ``tensorrt_version`` equal ``runtime``'s;
+    ``manifest.json`` whose ``tensorrt_llm_version`` and ``tensorrt_version`` equal ``runtime``'s,
+    and a TensorRT-LLM version trt-spec serves (``versions.trtllm_version_problem``: 1.2.1 or a
+    later 1.2.x);
     a runtime version that is None (package not installed) cannot be compared and gives one
     warning naming the versions the engines need.
 
     Raises:
         EngineNotFoundError: an engine directory does not exist here, or has no readable manifest.
-        EngineVersionMismatch: a manifest's version differs from the runtime's (names the model,
-            both versions and the fix).
+        EngineVersionMismatch: a manifest's version differs from the runtime's, or its TensorRT-LLM
+            is older than 1.2.1 (names the model, the versions and the fix).
     """
     models = list(models)
     needed: dict[str, set[str]] = {key: set() for key in VERSION_KEYS}  # the engines' versions
@@ -154,6 +156,17 @@ def check_engines(
                 path=path,
             )
         engine = {key: manifest.get(key) for key in VERSION_KEYS}
+        problem = trtllm_version_problem(str(engine["tensorrt_llm_version"]))
+        if problem is not None:
+            raise EngineVersionMismatch(
+                f"model {model.name}: the engine in {model.engine_dir} was built with {_versions(engine)}, and "
+                f"{problem}; rebuild the engines with tensorrt_llm {MIN_TRTLLM} or a later 1.2.x "
+                "(`make build-engines`, or `trt-spec build --spec F` in a container that carries it) and serve "
+                "them there",
+                model=model.name,
+                engine_versions=engine,
+                runtime_versions=dict(runtime),
+            )
         if any(runtime.get(key) is not None and runtime[key] != engine[key] for key in VERSION_KEYS):
             raise EngineVersionMismatch(
                 f"model {model.name}: the engine in {model.engine_dir} was built with {_versions(engine)} but this runtime "
