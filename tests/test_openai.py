@@ -309,11 +309,29 @@ def test_a_prompt_of_token_ids_answers_as_its_text(client, target, prompts, nest
     assert error_of(caught)["param"] == "prompt" and "1000000" in error_of(caught)["message"]
 
 
-@pytest.mark.parametrize("size", [100_000, 20_000_000])
-def test_a_prompt_over_the_byte_limit_is_one_400(client, size):
+def test_a_prompt_over_the_byte_limit_is_one_400(client):
     with pytest.raises(openai.BadRequestError) as caught:  # a 4xx: the SDK does not retry it
-        client.completions.create(model=MODEL, prompt="x" * size, max_tokens=4)
-    assert "more than the engine's max_input_len" in error_of(caught)["message"]
+        client.completions.create(model=MODEL, prompt="x" * 100_000, max_tokens=4)
+    error = error_of(caught)
+    assert "the prompt is 100000 bytes, more than the engine's max_input_len" in error["message"]
+    assert error["param"] == "prompt" and error["code"] == "context_length_exceeded"
+
+
+@pytest.mark.parametrize("route", ["completions", "chat"])
+def test_a_body_no_prompt_could_need_is_one_413_before_it_is_parsed(endpoint, client, route):
+    backend = endpoint.app.state.backend
+    assert backend.max_body_bytes is not None and backend.max_body_bytes < 8_000_000
+    with pytest.raises(openai.APIStatusError) as caught:  # 413: not retried by the SDK
+        if route == "completions":
+            client.completions.create(model=MODEL, prompt="x = 1\n" * 1_400_000, max_tokens=4)
+        else:
+            client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x" * 8_000_000}])
+    assert caught.value.status_code == 413
+    error = error_of(caught)
+    assert error["code"] == "request_too_large" and "shorten the prompt" in error["message"]
+    assert f"max_input_len {backend.max_input_len} tokens" in error["message"]
+    # the connection stays usable: the server read the body to its end before answering
+    assert client.completions.create(model=MODEL, prompt="def f():", max_tokens=2).choices[0].text is not None
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")

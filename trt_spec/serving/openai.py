@@ -113,6 +113,7 @@ def create_app(grpc_url: str, tokenizer_dir: str | Path, model_name: str, *, ens
         },
     )
     app.add_middleware(_JsonBodies)
+    app.add_middleware(_BoundedBodies, backend=routes.backend)
     app.state.backend = routes.backend
 
     @app.get("/v1/models")
@@ -287,6 +288,37 @@ class _JsonBodies:
             given = [value for key, value in scope["headers"] if key == b"content-type"]
             if not given or given[0].split(b";")[0].strip().lower() == self.FORM:
                 scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
+
+
+class _BoundedBodies:
+    """A POST whose ``Content-Length`` is over what any prompt the engines take can need
+    (:attr:`EnsembleBackend.max_body_bytes`) is answered 413 without its body being kept, parsed
+    or sent on: an 8 MB prompt costs the server reading past its bytes, not a copy, a JSON parse
+    and a gRPC hop (measured by scripts/refusal_bench.py). The body is read to its end before the
+    answer: a server that answers mid-upload and closes leaves the client a broken pipe instead
+    of the 413."""
+
+    def __init__(self, app: Any, backend: EnsembleBackend):
+        self.app = app
+        self.backend = backend
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        limit = self.backend.max_body_bytes
+        if scope["type"] == "http" and scope["method"] == "POST" and limit is not None:
+            length = next((value for key, value in scope["headers"] if key == b"content-length"), None)
+            if length is not None and length.isdigit() and int(length) > limit:
+                error = OpenAIError(
+                    413,
+                    f"the request body is {int(length)} bytes; a prompt the engines take (max_input_len "
+                    f"{self.backend.max_input_len} tokens, at most {self.backend.max_prompt_bytes} bytes with this "
+                    f"tokenizer) needs at most {limit}; shorten the prompt",
+                    code="request_too_large",
+                )
+                while (await receive()).get("more_body", False):
+                    pass  # discarded as it arrives
+                await error.response()(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from tritonclient.grpc import InferInput, InferResult, service_pb2, service_pb2_grpc
 
 from trt_spec.runtime import tensors as T
+from trt_spec.runtime.tokenizing import MAX_WORD_BYTES, MAX_WORDS, PromptTooLarge, check_prompt_size, max_prompt_bytes
 from trt_spec.serving.openai_protocol import GenerationRequest, OpenAIError, Speculative, Usage, bad_request
 
 TOKENIZER_PATH = (T.PREPROCESSING, "1", "tokenizer")  # the repository's target tokenizer files
@@ -22,6 +23,10 @@ _MAX_MESSAGE_BYTES = 2**31 - 1
 _GRPC_OPTIONS = [("grpc.max_send_message_length", _MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length", -1)]
 
 # Ensemble inputs and outputs by name (TensorRT-LLM's names; ours for the speculative statistics).
+# A request body's bound (EnsembleBackend.max_body_bytes): JSON writes a byte as at most 6
+# (\u00XX); the other fields get the stop and bad words' bounds, both lists, plus 64 KiB.
+JSON_ESCAPE_FACTOR = 6
+OTHER_FIELDS_BYTES = JSON_ESCAPE_FACTOR * 2 * MAX_WORDS * MAX_WORD_BYTES + 64 * 1024
 _STREAM = "stream"
 _EXCLUDE_INPUT = "exclude_input_in_output"
 _RETURN_NUM_INPUT = "return_num_input_tokens"
@@ -111,6 +116,10 @@ class EnsembleBackend:
         self.outputs: set[str] = set()
         self.max_seq_len: int | None = None
         self.add_special_tokens = True
+        # A prompt over this many bytes is over the engines' max_input_len without tokenizing it
+        # (tokenizing.max_prompt_bytes, as preprocessing computes it); None = not known.
+        self.max_prompt_bytes: int | None = None
+        self.max_input_len = 0
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
 
@@ -128,6 +137,9 @@ class EnsembleBackend:
                 self.max_seq_len = int(parameters["max_seq_len"].string_value)
             if "add_special_tokens" in parameters:
                 self.add_special_tokens = parameters["add_special_tokens"].string_value.strip().lower() == "true"
+            if "max_input_len" in parameters and self.tokenizer is not None:
+                self.max_input_len = int(parameters["max_input_len"].string_value)
+                self.max_prompt_bytes = max_prompt_bytes(self.tokenizer, self.max_input_len)
         except grpc.aio.AioRpcError as exc:
             raise OpenAIError(503, f"the Triton server at {self.grpc_url} did not answer: {exc.details()}") from None
 
@@ -140,6 +152,28 @@ class EnsembleBackend:
         if self.tokenizer is None:
             return 0
         return len(self.tokenizer(text, add_special_tokens=self.add_special_tokens)["input_ids"])
+
+    @property
+    def max_body_bytes(self) -> int | None:
+        """The largest request body that can hold a prompt the engines take: the prompt's bytes
+        JSON-escaped (at most 6 bytes a byte, ``\\u00XX``) and room for every other field (the stop
+        words' and bad words' bounds among them). None = not known."""
+        if self.max_prompt_bytes is None:
+            return None
+        return JSON_ESCAPE_FACTOR * self.max_prompt_bytes + OTHER_FIELDS_BYTES
+
+    def check_prompt(self, text: str) -> None:
+        """Refuse a prompt too long in bytes for max_input_len before sending it to the server.
+
+        Raises:
+            OpenAIError: 400, naming the size, the limit and the fix (preprocessing's words).
+        """
+        if self.max_prompt_bytes is None:
+            return
+        try:
+            check_prompt_size(text, self.max_prompt_bytes, self.max_input_len, "the prompt")
+        except PromptTooLarge as exc:
+            raise OpenAIError(400, str(exc), param="prompt", code="context_length_exceeded") from None
 
     def _request(self, request: EnsembleRequest, request_id: str) -> Any:
         tensors: list[InferInput] = []
@@ -193,6 +227,7 @@ class EnsembleBackend:
         """
         if self._stub is None:
             raise OpenAIError(503, "the endpoint is not started")
+        self.check_prompt(request.prompt)
         done = asyncio.Event()
         infer = self._request(request, uuid.uuid4().hex[:16])
 
