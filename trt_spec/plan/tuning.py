@@ -163,14 +163,16 @@ class MeasuredSchedule(_Strict):
         Where no K beat plain decoding for one request, K alone stays the spec's (the user's call,
         which ``check --tuning`` questions), and loads measured to favour plain decoding or a
         smaller K still get it: one request's figure is the noisiest of the measurement, and the
-        loads' are what a server under load runs. () where that leaves the spec's K everywhere."""
+        loads' are what a server under load runs; () where nothing measured lowers it."""
         steps = []
         for in_flight in range(1, max_batch_size + 1):
             point = [point for point in self.points if point.in_flight <= in_flight][-1]
             k = point.best_k or (spec_k if point.in_flight == 1 else 0)
             steps.append(ScheduleStep(in_flight, k, point.speedups.get(k, 1.0)))
         runs = loop_schedule(steps, spec_k)
-        return () if all(k == spec_k for k in runs) else runs
+        if self.points[0].best_k == 0 and all(k == spec_k for k in runs):
+            return ()
+        return runs
 
     def render(self, spec_k: int, max_batch_size: int) -> list[str]:
         lines = [
