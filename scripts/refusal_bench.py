@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import queue
-import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+from peer_bench import serving  # this directory's: a server process for a block's duration
 
 ROOT = Path(__file__).resolve().parent.parent
 TRT_SPEC_CLI = str(Path(sys.executable).parent / "trt-spec")
@@ -172,9 +172,7 @@ def main() -> None:
         argv = [TRT_SPEC_CLI, "serve", "--repo", str(repo), "--grpc-port", str(grpc_port),
                 "--http-port", str(http_port), "--metrics-port", str(metrics_port),
                 "--openai-port", str(openai_port)]  # fmt: skip
-        with open(log, "w") as out:
-            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
+        with serving(argv, dict(os.environ), log) as process:
             wait_ready(process, log)
             models = json.load(urllib.request.urlopen(f"http://127.0.0.1:{openai_port}/v1/models", timeout=10))
             protocols = Protocols(
@@ -196,12 +194,6 @@ def main() -> None:
                     flush=True,
                 )
                 print(f"       refusal: {row['messages']['big'][:150]}", flush=True)
-        finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "rounds": args.rounds}, indent=2))
 
